@@ -1,0 +1,33 @@
+# Helpers shared by every room's CMakeLists.txt.
+
+# gpeserve_add_library(NAME ROOM SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# Defines the library gpeserve_<ROOM> with the alias gpeserve::<ROOM>. Headers are included as
+# "engine/<room>/<file>.h" from the repository root.
+function(gpeserve_add_library room)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target gpeserve_${room})
+  add_library(${target} STATIC ${ARG_SOURCES})
+  add_library(gpeserve::${room} ALIAS ${target})
+  target_include_directories(${target} PUBLIC "${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# gpeserve_add_test(path/to/foo_test.cc DEPS lib... [LABELS label...] [TIMEOUT seconds])
+# Builds one GoogleTest binary named after the file (foo_test) and registers it with ctest
+# under the same name. Labels: `slow` (long-running), `cuda` (needs a GPU).
+function(gpeserve_add_test file)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "DEPS;LABELS;ARGS" ${ARGN})
+  get_filename_component(name "${file}" NAME_WE)
+  add_executable(${name} "${file}")
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    GPESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    GPESERVE_SHARED_DIR="${GPESERVE_SHARED_DIR}")
+  add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+  if(ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+  if(ARG_TIMEOUT)
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  endif()
+endfunction()

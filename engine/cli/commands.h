@@ -1,0 +1,10 @@
+// The `gpe` subcommands. Each takes argv and the index of its first own argument, prints its
+// output to stdout and errors to stderr, and returns the process exit code.
+#pragma once
+
+namespace gpeserve::cli {
+
+int TokenizeCommand(int argc, char** argv, int first);
+int DetokenizeCommand(int argc, char** argv, int first);
+
+}  // namespace gpeserve::cli

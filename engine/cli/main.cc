@@ -1,0 +1,30 @@
+// gpe: offline tools on the gpeserve engine, without a server.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "engine/cli/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gpe COMMAND [options]   (gpe COMMAND --help for a command's options)\n"
+    "\n"
+    "commands:\n"
+    "  tokenize     JSON strings in (one per line), {\"ids\":[...]} out\n"
+    "  detokenize   JSON id lists in (one per line), {\"text\":\"...\"} out\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string_view command = argv[1];
+  if (command == "tokenize") return gpeserve::cli::TokenizeCommand(argc, argv, 2);
+  if (command == "detokenize") return gpeserve::cli::DetokenizeCommand(argc, argv, 2);
+  std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
+  return 2;
+}

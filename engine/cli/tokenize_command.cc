@@ -1,0 +1,156 @@
+// gpe tokenize / gpe detokenize: line-oriented JSON filters over a Hugging Face tokenizer.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cli/args.h"
+#include "engine/cli/commands.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace gpeserve::cli {
+namespace {
+
+void AddTokenizerFlags(Args* args) {
+  args->AddString("model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)");
+  args->AddString("tokenizer", "FILE", "a tokenizer.json file (instead of --model)");
+}
+
+// Parses flags and loads the tokenizer; on failure or --help returns an exit code.
+std::optional<int> Setup(Args* args, int argc, char** argv, int first,
+                         std::shared_ptr<const tokenizer::Tokenizer>* tok) {
+  bool help = false;
+  if (absl::Status s = args->Parse(argc, argv, first, &help); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n\n" << args->Help();
+    return 2;
+  }
+  if (help) {
+    std::cout << args->Help();
+    return 0;
+  }
+  const auto model = args->Get("model");
+  const auto file = args->Get("tokenizer");
+  if (model.has_value() == file.has_value()) {
+    std::cerr << "gpe: give exactly one of --model DIR or --tokenizer FILE\n\n" << args->Help();
+    return 2;
+  }
+  auto loaded = model ? tokenizer::Tokenizer::Load(*model)
+                      : tokenizer::Tokenizer::LoadFiles(*file, "");
+  if (!loaded.ok()) {
+    std::cerr << "gpe: cannot load tokenizer: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  *tok = *std::move(loaded);
+  return std::nullopt;
+}
+
+// Reports a bad input line: a JSON error object on stdout (so output lines stay aligned with
+// input lines) and a message on stderr.
+void ReportLineError(size_t line_number, std::string_view message) {
+  const std::string text = absl::StrCat("line ", line_number, ": ", std::string(message));
+  std::cerr << "gpe: " << text << "\n";
+  std::cout << nlohmann::json{{"error", text}}.dump() << "\n";
+}
+
+}  // namespace
+
+int TokenizeCommand(int argc, char** argv, int first) {
+  Args args("gpe tokenize (--model DIR | --tokenizer FILE) [options] < strings.jsonl",
+            "Reads one JSON string per line from stdin and prints {\"ids\":[...]} per line.\n"
+            "Special tokens written in the text (e.g. <|im_start|>) are recognised. Text must be\n"
+            "valid UTF-8; a bad line prints {\"error\":...} and the exit code becomes 1.");
+  AddTokenizerFlags(&args);
+  args.AddBool("add-special-tokens", "add the model's BOS/EOS tokens around each line");
+  args.AddBool("split-special-tokens", "treat special-token text as plain text");
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
+
+  tokenizer::EncodeOptions options;
+  options.add_special_tokens = args.GetBool("add-special-tokens");
+  options.split_special_tokens = args.GetBool("split-special-tokens");
+  int exit_code = 0;
+  std::string line;
+  for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
+    if (line.empty()) continue;
+    nlohmann::json input;
+    try {
+      input = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      ReportLineError(line_number, absl::StrCat("not valid JSON: ", e.what()));
+      exit_code = 1;
+      continue;
+    }
+    if (!input.is_string()) {
+      ReportLineError(line_number, "expected a JSON string");
+      exit_code = 1;
+      continue;
+    }
+    auto ids = tok->Encode(input.get<std::string>(), options);
+    if (!ids.ok()) {
+      ReportLineError(line_number, std::string(ids.status().message()));
+      exit_code = 1;
+      continue;
+    }
+    std::cout << nlohmann::json{{"ids", *ids}}.dump() << "\n";
+  }
+  return exit_code;
+}
+
+int DetokenizeCommand(int argc, char** argv, int first) {
+  Args args("gpe detokenize (--model DIR | --tokenizer FILE) [options] < ids.jsonl",
+            "Reads one JSON list of token ids per line from stdin and prints {\"text\":\"...\"}\n"
+            "per line. With --stream the ids are also fed one at a time to the incremental\n"
+            "detokenizer and its pieces are printed as \"pieces\".");
+  AddTokenizerFlags(&args);
+  args.AddBool("skip-special-tokens", "leave special tokens out of the text");
+  args.AddString("clean-up-spaces", "true|false",
+                 "apply clean_up_tokenization (default: the tokenizer_config.json setting)");
+  args.AddBool("stream", "also print the incremental detokenizer's pieces");
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
+
+  tokenizer::DecodeOptions options;
+  options.skip_special_tokens = args.GetBool("skip-special-tokens");
+  if (auto clean = args.Get("clean-up-spaces")) {
+    if (*clean != "true" && *clean != "false") {
+      std::cerr << "gpe: --clean-up-spaces takes true or false\n";
+      return 2;
+    }
+    options.clean_up_spaces = *clean == "true";
+  }
+  const bool stream = args.GetBool("stream");
+  int exit_code = 0;
+  std::string line;
+  for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
+    if (line.empty()) continue;
+    std::vector<int32_t> ids;
+    try {
+      const nlohmann::json input = nlohmann::json::parse(line);
+      ids = input.get<std::vector<int32_t>>();
+    } catch (const nlohmann::json::exception& e) {
+      ReportLineError(line_number, absl::StrCat("expected a JSON list of integer ids: ", e.what()));
+      exit_code = 1;
+      continue;
+    }
+    if (absl::Status s = tok->CheckIds(ids); !s.ok()) {
+      ReportLineError(line_number, std::string(s.message()));
+      exit_code = 1;
+      continue;
+    }
+    nlohmann::json out{{"text", tok->Decode(ids, options)}};
+    if (stream) {
+      tokenizer::IncrementalDetokenizer detok(*tok, options);
+      std::vector<std::string> pieces;
+      for (const int32_t id : ids) pieces.push_back(detok.Push(id));
+      pieces.push_back(detok.Flush());
+      out["pieces"] = pieces;
+    }
+    std::cout << out.dump() << "\n";
+  }
+  return exit_code;
+}
+
+}  // namespace gpeserve::cli
