@@ -66,7 +66,8 @@ std::string Args::Help() const {
     if (!flag.value_name.empty()) absl::StrAppend(&left, " ", flag.value_name);
     if (left.size() < 28) left.resize(28, ' ');
     absl::StrAppend(&out, left, " ", flag.help);
-    if (!flag.value_name.empty() && flag.value) absl::StrAppend(&out, " (default: ", *flag.value, ")");
+    if (!flag.value_name.empty() && flag.value)
+      absl::StrAppend(&out, " (default: ", *flag.value, ")");
     absl::StrAppend(&out, "\n");
   }
   absl::StrAppend(&out, "  --help                     print this help\n");

@@ -19,8 +19,8 @@ class Args {
   // `usage` is the first line of --help, e.g. "gpe tokenize --model DIR [options]".
   explicit Args(std::string usage, std::string description);
 
-  void AddString(const std::string& name, const std::string& value_name,
-                 const std::string& help, std::optional<std::string> fallback = std::nullopt);
+  void AddString(const std::string& name, const std::string& value_name, const std::string& help,
+                 std::optional<std::string> fallback = std::nullopt);
   void AddBool(const std::string& name, const std::string& help);
 
   // Parses argv[first..argc). On --help, *help_requested is set and OK is returned.

@@ -37,8 +37,8 @@ std::optional<int> Setup(Args* args, int argc, char** argv, int first,
     std::cerr << "gpe: give exactly one of --model DIR or --tokenizer FILE\n\n" << args->Help();
     return 2;
   }
-  auto loaded = model ? tokenizer::Tokenizer::Load(*model)
-                      : tokenizer::Tokenizer::LoadFiles(*file, "");
+  auto loaded =
+      model ? tokenizer::Tokenizer::Load(*model) : tokenizer::Tokenizer::LoadFiles(*file, "");
   if (!loaded.ok()) {
     std::cerr << "gpe: cannot load tokenizer: " << loaded.status().message() << "\n";
     return 1;

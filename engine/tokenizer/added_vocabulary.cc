@@ -57,8 +57,7 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens,
   }
 }
 
-std::pair<int32_t, size_t> AddedTokenMatcher::LongestAt(std::string_view text,
-                                                        size_t pos) const {
+std::pair<int32_t, size_t> AddedTokenMatcher::LongestAt(std::string_view text, size_t pos) const {
   std::pair<int32_t, size_t> best{-1, pos};
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {

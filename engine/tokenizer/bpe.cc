@@ -194,6 +194,11 @@ void BpeModel::MergeAll(std::vector<int32_t>* symbols) const {
   ids.resize(out);
 }
 
+void BpeModel::ClearCache() const {
+  absl::MutexLock lock(&cache_mutex_);
+  cache_.clear();
+}
+
 void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {

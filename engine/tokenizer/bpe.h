@@ -32,6 +32,9 @@ class BpeModel {
   // Appends the ids of `word` to *ids.
   void Tokenize(std::string_view word, std::vector<int32_t>* ids) const;
 
+  // Empties the word cache (for benchmarks that must measure unseen text).
+  void ClearCache() const;
+
   // Vocabulary lookups.
   std::optional<int32_t> TokenToId(std::string_view token) const;
   // The token string of `id`, or nullptr if the id is not in the vocabulary.

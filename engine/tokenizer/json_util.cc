@@ -20,10 +20,9 @@ absl::Status JsonError(const JsonLocation& at, std::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(at.ToString(), ": ", std::string(message)));
 }
 
-absl::Status JsonUnsupported(const JsonLocation& at, std::string_view what,
-                             std::string_view type) {
-  return absl::UnimplementedError(
-      absl::StrCat(at.ToString(), ": unsupported ", std::string(what), " '", std::string(type), "'"));
+absl::Status JsonUnsupported(const JsonLocation& at, std::string_view what, std::string_view type) {
+  return absl::UnimplementedError(absl::StrCat(at.ToString(), ": unsupported ", std::string(what),
+                                               " '", std::string(type), "'"));
 }
 
 absl::StatusOr<std::string> GetString(const nlohmann::json& json, std::string_view key,

@@ -12,7 +12,8 @@ absl::StatusOr<std::shared_ptr<const Regex>> PatternFromJson(const nlohmann::jso
   }
   if (auto r = it->find("Regex"); r != it->end() && r->is_string()) {
     auto regex = Regex::Compile(r->get<std::string>());
-    if (!regex.ok()) return JsonError(pattern_at.Child("Regex"), std::string(regex.status().message()));
+    if (!regex.ok())
+      return JsonError(pattern_at.Child("Regex"), std::string(regex.status().message()));
     return regex;
   }
   return JsonError(pattern_at, "expected {\"String\": ...} or {\"Regex\": ...}");

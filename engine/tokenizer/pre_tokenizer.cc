@@ -157,7 +157,8 @@ class MetaspacePreTokenizer : public PreTokenizer {
   void PreTokenize(std::vector<std::string>* pieces, bool first_is_start) const override {
     const auto space = Regex::Literal(" ");
     const auto marker = Regex::Literal(replacement_);
-    ForEachPiece(pieces, [&](const std::string& piece, size_t index, std::vector<std::string>* out) {
+    ForEachPiece(pieces, [&](const std::string& piece, size_t index,
+                             std::vector<std::string>* out) {
       std::string text = ReplaceAll(*space, piece, replacement_);
       const bool prepend = scheme_ == PrependScheme::kAlways ||
                            (scheme_ == PrependScheme::kFirst && index == 0 && first_is_start);

@@ -24,7 +24,8 @@ class PreTokenizer {
   // Replaces every piece of *pieces by its sub-pieces, in order; empty pieces are dropped.
   // `first_piece_is_text_start` is true when pieces->front() begins the input text (Metaspace's
   // prepend_scheme "first" needs it).
-  virtual void PreTokenize(std::vector<std::string>* pieces, bool first_piece_is_text_start) const = 0;
+  virtual void PreTokenize(std::vector<std::string>* pieces,
+                           bool first_piece_is_text_start) const = 0;
 };
 
 // Supported types: Sequence, Split, ByteLevel, Metaspace, Digits, WhitespaceSplit. Others:

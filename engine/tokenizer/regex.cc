@@ -54,8 +54,8 @@ std::vector<std::pair<size_t, size_t>> Regex::FindAll(std::string_view text) con
   size_t offset = 0;
   while (offset <= text.size()) {
     // The text was validated as UTF-8 once, on entry to the tokenizer.
-    const int rc = pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, data,
-                               nullptr);
+    const int rc =
+        pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, data, nullptr);
     if (rc < 0) break;
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     const size_t begin = ovector[0], end = ovector[1];

@@ -92,8 +92,8 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::LoadFiles(
 }
 
 absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(
-    std::string_view tokenizer_json, std::string_view tokenizer_name,
-    std::string_view config_json, std::string_view config_name) {
+    std::string_view tokenizer_json, std::string_view tokenizer_name, std::string_view config_json,
+    std::string_view config_name) {
   auto parsed = ParseJson(tokenizer_json, tokenizer_name);
   if (!parsed.ok()) return parsed.status();
   const nlohmann::json& json = *parsed;
@@ -152,8 +152,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(
     }
   }
   t->raw_matcher_ = AddedTokenMatcher(std::move(raw), std::move(raw_patterns));
-  t->normalized_matcher_ =
-      AddedTokenMatcher(std::move(normalized), std::move(normalized_patterns));
+  t->normalized_matcher_ = AddedTokenMatcher(std::move(normalized), std::move(normalized_patterns));
 
   // Post-processor: only the tokens added around a single sequence matter here.
   auto read_template = [&](const nlohmann::json& pp, const JsonLocation& at) -> absl::Status {
@@ -174,8 +173,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(
         return JsonError(at.Child("single").Child(i), "expected Sequence or SpecialToken");
       }
       const std::string name = (*special)["id"].get<std::string>();
-      if (specials == pp.end() || !specials->contains(name) ||
-          !(*specials)[name].contains("ids")) {
+      if (specials == pp.end() || !specials->contains(name) || !(*specials)[name].contains("ids")) {
         return JsonError(at.Child("special_tokens"), absl::StrCat("missing '", name, "'"));
       }
       for (const auto& id : (*specials)[name]["ids"]) {
@@ -241,7 +239,8 @@ void Tokenizer::EncodeText(std::string_view text, bool starts_input, bool split_
     }
     pieces.assign(1, std::string(segment.text));
     if (pre_tokenizer_) {
-      pre_tokenizer_->PreTokenize(&pieces, starts_input && segment.text.data() == normalized.data());
+      pre_tokenizer_->PreTokenize(&pieces,
+                                  starts_input && segment.text.data() == normalized.data());
     }
     for (const std::string& piece : pieces) model_->Tokenize(piece, ids);
   }
@@ -298,8 +297,8 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, const DecodeOptions&
 std::string Tokenizer::CleanUpSpaces(std::string_view text) {
   // The replacements of transformers' clean_up_tokenization, applied one after another.
   static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},   {" ,", ","},     {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   std::string s(text);
   for (const auto& [from, to] : kRules) {
     if (s.find(from) == std::string::npos) continue;
@@ -317,6 +316,8 @@ std::string Tokenizer::CleanUpSpaces(std::string_view text) {
   return s;
 }
 
+void Tokenizer::ClearCache() const { model_->ClearCache(); }
+
 absl::Status Tokenizer::CheckIds(std::span<const int32_t> ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (IdToToken(ids[i]) == nullptr) {
@@ -329,7 +330,8 @@ absl::Status Tokenizer::CheckIds(std::span<const int32_t> ids) const {
 }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
-  if (const auto it = added_by_content_.find(absl::string_view(token.data(), token.size())); it != added_by_content_.end()) {
+  if (const auto it = added_by_content_.find(absl::string_view(token.data(), token.size()));
+      it != added_by_content_.end()) {
     return it->second;
   }
   return model_->TokenToId(token);

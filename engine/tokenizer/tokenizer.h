@@ -57,9 +57,10 @@ class Tokenizer {
   static absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadFiles(
       const std::string& tokenizer_path, const std::string& config_path);
   // Builds from file contents; `*_name` are used in error messages.
-  static absl::StatusOr<std::shared_ptr<const Tokenizer>> FromJson(
-      std::string_view tokenizer_json, std::string_view tokenizer_name, std::string_view config_json,
-      std::string_view config_name);
+  static absl::StatusOr<std::shared_ptr<const Tokenizer>> FromJson(std::string_view tokenizer_json,
+                                                                   std::string_view tokenizer_name,
+                                                                   std::string_view config_json,
+                                                                   std::string_view config_name);
 
   ~Tokenizer();
 
@@ -73,6 +74,9 @@ class Tokenizer {
   std::string DecodeRaw(std::span<const int32_t> ids, bool skip_special_tokens) const;
   // transformers' clean_up_tokenization, applied to decoded text.
   static std::string CleanUpSpaces(std::string_view text);
+
+  // Empties the internal word cache; results never depend on it (for benchmarks).
+  void ClearCache() const;
 
   // OK if every id names a token; else InvalidArgument naming the first bad id and its index.
   absl::Status CheckIds(std::span<const int32_t> ids) const;
@@ -97,10 +101,10 @@ class Tokenizer {
                   std::vector<int32_t>* ids) const;
 
   // ---- Constant after construction ----
-  std::unique_ptr<Normalizer> normalizer_;      // may be null
+  std::unique_ptr<Normalizer> normalizer_;       // may be null
   std::unique_ptr<PreTokenizer> pre_tokenizer_;  // may be null
   std::unique_ptr<BpeModel> model_;
-  std::unique_ptr<Decoder> decoder_;  // may be null
+  std::unique_ptr<Decoder> decoder_;      // may be null
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher_;  // added tokens with normalized = true
   absl::flat_hash_map<int32_t, AddedToken> added_by_id_;

@@ -1,7 +1,7 @@
 #include "engine/tokenizer/unicode.h"
 
-#include <unicode/normalizer2.h>
 #include <unicode/locid.h>
+#include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
@@ -18,11 +18,16 @@ struct SecondByteRange {
 };
 SecondByteRange SecondRange(unsigned char lead) {
   switch (lead) {
-    case 0xE0: return {0xA0, 0xBF};
-    case 0xED: return {0x80, 0x9F};
-    case 0xF0: return {0x90, 0xBF};
-    case 0xF4: return {0x80, 0x8F};
-    default: return {0x80, 0xBF};
+    case 0xE0:
+      return {0xA0, 0xBF};
+    case 0xED:
+      return {0x80, 0x9F};
+    case 0xF0:
+      return {0x90, 0xBF};
+    case 0xF4:
+      return {0x80, 0x8F};
+    default:
+      return {0x80, 0xBF};
   }
 }
 
@@ -69,10 +74,14 @@ const std::array<char32_t, 256>& ByteToCharTable() {
 const icu::Normalizer2* Normalizer(NormalForm form) {
   UErrorCode status = U_ZERO_ERROR;
   switch (form) {
-    case NormalForm::kNfc: return icu::Normalizer2::getNFCInstance(status);
-    case NormalForm::kNfd: return icu::Normalizer2::getNFDInstance(status);
-    case NormalForm::kNfkc: return icu::Normalizer2::getNFKCInstance(status);
-    case NormalForm::kNfkd: return icu::Normalizer2::getNFKDInstance(status);
+    case NormalForm::kNfc:
+      return icu::Normalizer2::getNFCInstance(status);
+    case NormalForm::kNfd:
+      return icu::Normalizer2::getNFDInstance(status);
+    case NormalForm::kNfkc:
+      return icu::Normalizer2::getNFKCInstance(status);
+    case NormalForm::kNfkd:
+      return icu::Normalizer2::getNFKDInstance(status);
   }
   return nullptr;
 }
@@ -116,9 +125,9 @@ absl::Status ValidateUtf8(std::string_view s) {
   for (size_t pos = 0; pos < s.size();) {
     const int n = ClassifySequence(s, pos);
     if (n <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "text is not valid UTF-8: ill-formed byte sequence at byte offset ", pos,
-          n == 0 ? " (truncated character at the end)" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("text is not valid UTF-8: ill-formed byte sequence at byte offset ", pos,
+                       n == 0 ? " (truncated character at the end)" : ""));
     }
     pos += n;
   }
