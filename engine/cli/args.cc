@@ -1,5 +1,7 @@
 #include "engine/cli/args.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpeserve::cli {
@@ -35,6 +37,7 @@ absl::Status Args::Parse(int argc, char** argv, int first, bool* help_requested)
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
+    std::replace(name.begin(), name.end(), '-', '_');  // --add-special-tokens works too
     const auto it = flags_.find(name);
     if (it == flags_.end()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '--", name, "'"));

@@ -6,5 +6,6 @@ namespace gpeserve::cli {
 
 int TokenizeCommand(int argc, char** argv, int first);
 int DetokenizeCommand(int argc, char** argv, int first);
+int TrainTokenizerCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

@@ -12,7 +12,8 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  tokenize     JSON strings in (one per line), {\"ids\":[...]} out\n"
-    "  detokenize   JSON id lists in (one per line), {\"text\":\"...\"} out\n";
+    "  detokenize   JSON id lists in (one per line), {\"text\":\"...\"} out\n"
+    "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n";
 
 }  // namespace
 
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   const std::string_view command = argv[1];
   if (command == "tokenize") return gpeserve::cli::TokenizeCommand(argc, argv, 2);
   if (command == "detokenize") return gpeserve::cli::DetokenizeCommand(argc, argv, 2);
+  if (command == "train-tokenizer") return gpeserve::cli::TrainTokenizerCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

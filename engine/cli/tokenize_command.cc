@@ -63,14 +63,14 @@ int TokenizeCommand(int argc, char** argv, int first) {
             "Special tokens written in the text (e.g. <|im_start|>) are recognised. Text must be\n"
             "valid UTF-8; a bad line prints {\"error\":...} and the exit code becomes 1.");
   AddTokenizerFlags(&args);
-  args.AddBool("add-special-tokens", "add the model's BOS/EOS tokens around each line");
-  args.AddBool("split-special-tokens", "treat special-token text as plain text");
+  args.AddBool("add_special_tokens", "add the model's BOS/EOS tokens around each line");
+  args.AddBool("split_special_tokens", "treat special-token text as plain text");
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
 
   tokenizer::EncodeOptions options;
-  options.add_special_tokens = args.GetBool("add-special-tokens");
-  options.split_special_tokens = args.GetBool("split-special-tokens");
+  options.add_special_tokens = args.GetBool("add_special_tokens");
+  options.split_special_tokens = args.GetBool("split_special_tokens");
   int exit_code = 0;
   std::string line;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
@@ -105,18 +105,18 @@ int DetokenizeCommand(int argc, char** argv, int first) {
             "per line. With --stream the ids are also fed one at a time to the incremental\n"
             "detokenizer and its pieces are printed as \"pieces\".");
   AddTokenizerFlags(&args);
-  args.AddBool("skip-special-tokens", "leave special tokens out of the text");
-  args.AddString("clean-up-spaces", "true|false",
+  args.AddBool("skip_special_tokens", "leave special tokens out of the text");
+  args.AddString("clean_up_spaces", "true|false",
                  "apply clean_up_tokenization (default: the tokenizer_config.json setting)");
   args.AddBool("stream", "also print the incremental detokenizer's pieces");
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
 
   tokenizer::DecodeOptions options;
-  options.skip_special_tokens = args.GetBool("skip-special-tokens");
-  if (auto clean = args.Get("clean-up-spaces")) {
+  options.skip_special_tokens = args.GetBool("skip_special_tokens");
+  if (auto clean = args.Get("clean_up_spaces")) {
     if (*clean != "true" && *clean != "false") {
-      std::cerr << "gpe: --clean-up-spaces takes true or false\n";
+      std::cerr << "gpe: --clean_up_spaces takes true or false\n";
       return 2;
     }
     options.clean_up_spaces = *clean == "true";

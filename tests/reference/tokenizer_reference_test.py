@@ -99,8 +99,8 @@ def main():
     model = ["--model", args.vocab]
 
     # Encode.
-    for flags, special, split in [([], False, False), (["--add-special-tokens"], True, False),
-                                  (["--split-special-tokens"], False, True)]:
+    for flags, special, split in [([], False, False), (["--add_special_tokens"], True, False),
+                                  (["--split_special_tokens"], False, True)]:
         hf.encode_special_tokens = split
         got = run_gpe(args.gpe, ["tokenize"] + model + flags, texts)
         for text, g in zip(texts, got):
@@ -123,9 +123,9 @@ def main():
         id_lists.append([i for i in ids if hf.id_to_token(i) is not None])
     for skip in (False, True):
         for clean_flag in (None, True):
-            flags = (["--skip-special-tokens"] if skip else []) + ["--stream"]
+            flags = (["--skip_special_tokens"] if skip else []) + ["--stream"]
             if clean_flag is not None:
-                flags += ["--clean-up-spaces", "true"]
+                flags += ["--clean_up_spaces", "true"]
             cleaned = clean_default if clean_flag is None else clean_flag
             got = run_gpe(args.gpe, ["detokenize"] + model + flags, id_lists)
             for ids, g in zip(id_lists, got):
