@@ -1,7 +1,7 @@
 // A minimal command-line parser for the `gpe` subcommands: "--name value", "--name=value" and
 // boolean "--name" flags, with a generated --help text. Flag names use underscores
-// (--wait_k); hyphens are accepted as their synonyms (--wait-k). Flags are declared up front; anything
-// undeclared is an error naming the flag.
+// (--wait_k); hyphens are accepted as their synonyms (--wait-k). Flags are declared up front;
+// anything undeclared is an error naming the flag.
 //
 // Thread-safety: not thread-safe; used once in main.
 #pragma once

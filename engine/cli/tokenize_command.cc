@@ -52,7 +52,10 @@ std::optional<int> Setup(Args* args, int argc, char** argv, int first,
 void ReportLineError(size_t line_number, std::string_view message) {
   const std::string text = absl::StrCat("line ", line_number, ": ", std::string(message));
   std::cerr << "gpe: " << text << "\n";
-  std::cout << nlohmann::json{{"error", text}}.dump() << "\n";
+  // The message may quote the offending bytes: replace ill-formed UTF-8 rather than throw.
+  std::cout << nlohmann::json{{"error", text}}.dump(-1, ' ', false,
+                                                    nlohmann::json::error_handler_t::replace)
+            << "\n";
 }
 
 }  // namespace

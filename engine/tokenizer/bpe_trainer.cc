@@ -180,7 +180,9 @@ absl::StatusOr<TrainedTokenizer> TrainByteLevelBpe(const std::vector<std::string
                         {"ignore_merges", false},
                         {"vocab", vocab},
                         {"merges", merges}}}};
-  auto token_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+  auto token_or_null = [](const std::string& s) {
+    return s.empty() ? nlohmann::json() : nlohmann::json(s);
+  };
   result.config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                    {"add_bos_token", false},
                    {"add_eos_token", false},

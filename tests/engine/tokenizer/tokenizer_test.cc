@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/unicode.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 
@@ -88,6 +90,30 @@ TEST(TokenizerTest, InvalidUtf8IsRejectedWithOffset) {
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ids.status().message().find("byte offset 2"), std::string::npos) << ids.status();
+}
+
+TEST(TokenizerTest, ArbitraryBytesNeverCrashAndValidTextRoundTrips) {
+  auto byte_level = Build(ByteLevelJson({"ab", "abc"}, {{"a", "b"}, {"ab", "c"}},
+                                        nlohmann::json::array({Added(300, "<x>", true)})));
+  auto fallback = Build(ByteFallbackJson({"\u2581", "a", "b", "\u2581a"}, {{"\u2581", "a"}}));
+  std::mt19937 rng(11);
+  const std::string alphabet = "abc <x>\n\t\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xFF\x80";
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    for (int i = 0, n = rng() % 24; i < n; ++i) text.push_back(alphabet[rng() % alphabet.size()]);
+    const bool valid = ValidateUtf8(text).ok();
+    for (const auto* tok : {byte_level.get(), fallback.get()}) {
+      auto ids = tok->Encode(text);
+      ASSERT_EQ(ids.ok(), valid) << text;
+      if (!valid) {
+        EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+        continue;
+      }
+      const std::string decoded = tok->Decode(*ids);
+      EXPECT_TRUE(ValidateUtf8(decoded).ok());
+      if (tok == byte_level.get()) EXPECT_EQ(decoded, text);
+    }
+  }
 }
 
 TEST(TokenizerTest, CheckIdsNamesFirstUnknownId) {
