@@ -109,7 +109,7 @@ const std::string* BpeModel::IdToToken(int32_t id) const {
 }
 
 void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const {
-  std::optional<int32_t> pending_unk;  // an unk not yet emitted (it may still be fused)
+  int32_t pending_unk = -1;  // an unk not yet emitted (it may still be fused), or -1
   const bool affixes = !continuing_subword_prefix_.empty() || !end_of_word_suffix_.empty();
   std::string piece;
   for (size_t pos = 0; pos < word.size();) {
@@ -127,8 +127,8 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
       id = TokenToId(piece).value_or(-1);
     }
     if (id >= 0) {
-      if (pending_unk) symbols->push_back(*pending_unk);
-      pending_unk.reset();
+      if (pending_unk >= 0) symbols->push_back(pending_unk);
+      pending_unk = -1;
       symbols->push_back(id);
       continue;
     }
@@ -142,11 +142,11 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
       }
     }
     if (unk_id_) {
-      if (pending_unk && !fuse_unk_) symbols->push_back(*pending_unk);
+      if (pending_unk >= 0 && !fuse_unk_) symbols->push_back(pending_unk);
       pending_unk = *unk_id_;
     }
   }
-  if (pending_unk) symbols->push_back(*pending_unk);
+  if (pending_unk >= 0) symbols->push_back(pending_unk);
 }
 
 void BpeModel::MergeAll(std::vector<int32_t>* symbols) const {

@@ -175,17 +175,9 @@ absl::StatusOr<std::unique_ptr<Decoder>> DecoderFromJson(const nlohmann::json& j
   auto type = GetString(json, "type", at);
   if (!type.ok()) return type.status();
   if (*type == "Sequence") {
-    const auto it = json.find("decoders");
-    if (it == json.end() || !it->is_array()) {
-      return JsonError(at.Child("decoders"), "expected an array");
-    }
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = DecoderFromJson((*it)[i], at.Child("decoders").Child(i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequenceDecoder>(std::move(steps));
+    auto steps = ParseArray<Decoder>(json, "decoders", at, DecoderFromJson);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequenceDecoder>(*std::move(steps));
   }
   if (*type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (*type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();

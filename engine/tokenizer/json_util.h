@@ -4,8 +4,10 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,5 +38,23 @@ std::string GetStringOr(const nlohmann::json& json, std::string_view key,
                         std::string_view fallback);
 // json[key] as a bool when present and a bool, else `fallback`.
 bool GetBoolOr(const nlohmann::json& json, std::string_view key, bool fallback);
+
+// Builds one object per element of the array json[key] with `parse(element, location)`, for
+// the "Sequence" types (normalizers, pre-tokenizers, decoders).
+template <typename T, typename Parse>
+absl::StatusOr<std::vector<std::unique_ptr<T>>> ParseArray(const nlohmann::json& json,
+                                                           std::string_view key,
+                                                           const JsonLocation& at, Parse parse) {
+  const JsonLocation array_at = at.Child(key);
+  const auto it = json.find(key);
+  if (it == json.end() || !it->is_array()) return JsonError(array_at, "expected an array");
+  std::vector<std::unique_ptr<T>> items;
+  for (size_t i = 0; i < it->size(); ++i) {
+    absl::StatusOr<std::unique_ptr<T>> item = parse((*it)[i], array_at.Child(i));
+    if (!item.ok()) return item.status();
+    items.push_back(*std::move(item));
+  }
+  return items;
+}
 
 }  // namespace gpeserve::tokenizer

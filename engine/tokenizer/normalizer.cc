@@ -102,17 +102,9 @@ absl::StatusOr<std::unique_ptr<Normalizer>> NormalizerFromJson(const nlohmann::j
   auto type = GetString(json, "type", at);
   if (!type.ok()) return type.status();
   if (*type == "Sequence") {
-    const auto it = json.find("normalizers");
-    if (it == json.end() || !it->is_array()) {
-      return JsonError(at.Child("normalizers"), "expected an array");
-    }
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = NormalizerFromJson((*it)[i], at.Child("normalizers").Child(i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequenceNormalizer>(std::move(steps));
+    auto steps = ParseArray<Normalizer>(json, "normalizers", at, NormalizerFromJson);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequenceNormalizer>(*std::move(steps));
   }
   if (*type == "NFC") return std::make_unique<UnicodeNormalizer>(NormalForm::kNfc);
   if (*type == "NFD") return std::make_unique<UnicodeNormalizer>(NormalForm::kNfd);

@@ -126,8 +126,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
       : add_prefix_space_(add_prefix_space), regex_(std::move(regex)) {}
   void PreTokenize(std::vector<std::string>* pieces, bool) const override {
     ForEachPiece(pieces, [&](const std::string& piece, size_t, std::vector<std::string>* out) {
-      std::string text = piece;
-      if (add_prefix_space_ && !text.starts_with(' ')) text.insert(0, " ");
+      std::string text = add_prefix_space_ && !piece.starts_with(' ') ? " " + piece : piece;
       std::vector<std::string> words;
       if (regex_ != nullptr) {
         SplitWithBehavior(text, regex_->FindAll(text), false, SplitBehavior::kIsolated, &words);
@@ -226,17 +225,9 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizerFromJson(const nlohman
   auto type = GetString(json, "type", at);
   if (!type.ok()) return type.status();
   if (*type == "Sequence") {
-    const auto it = json.find("pretokenizers");
-    if (it == json.end() || !it->is_array()) {
-      return JsonError(at.Child("pretokenizers"), "expected an array");
-    }
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = PreTokenizerFromJson((*it)[i], at.Child("pretokenizers").Child(i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequencePreTokenizer>(std::move(steps));
+    auto steps = ParseArray<PreTokenizer>(json, "pretokenizers", at, PreTokenizerFromJson);
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequencePreTokenizer>(*std::move(steps));
   }
   if (*type == "Split") {
     auto pattern = PatternFromJson(json, at);
