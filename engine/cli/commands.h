@@ -7,5 +7,7 @@ namespace gpeserve::cli {
 int TokenizeCommand(int argc, char** argv, int first);
 int DetokenizeCommand(int argc, char** argv, int first);
 int TrainTokenizerCommand(int argc, char** argv, int first);
+int MakeModelCommand(int argc, char** argv, int first);
+int LogitsCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

@@ -13,7 +13,9 @@ constexpr char kUsage[] =
     "commands:\n"
     "  tokenize     JSON strings in (one per line), {\"ids\":[...]} out\n"
     "  detokenize   JSON id lists in (one per line), {\"text\":\"...\"} out\n"
-    "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n";
+    "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n"
+    "  make-model   write a random-weight Hugging Face model folder\n"
+    "  logits       dump a model's logits for given tokens and positions (.npy)\n";
 
 }  // namespace
 
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return gpeserve::cli::TokenizeCommand(argc, argv, 2);
   if (command == "detokenize") return gpeserve::cli::DetokenizeCommand(argc, argv, 2);
   if (command == "train-tokenizer") return gpeserve::cli::TrainTokenizerCommand(argc, argv, 2);
+  if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
+  if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

@@ -1,0 +1,56 @@
+// The attention step of a forward pass, kept behind one interface so that a paged or fused
+// kernel can replace it. The model computes q, k, v for the new tokens of a flat batch (rotary
+// already applied) and calls Attend once per layer, in layer order; the context decides which
+// keys each new token may see, where the new k/v go, and computes the attention output.
+//
+// Thread-safety: an AttentionContext belongs to one forward call on one thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace gpeserve::model {
+
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+  // q: [T, num_heads, head_dim]; k, v: [T, num_kv_heads, head_dim] (the serving dtype and
+  // device). Returns [T, num_heads, head_dim].
+  virtual torch::Tensor Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) = 0;
+};
+
+// softmax(q k^T / sqrt(d) + mask) v with grouped-query heads, as Hugging Face's eager attention
+// computes it: scores in the serving dtype, softmax in fp32. q: [T, Hq, D]; k, v: [S, Hkv, D];
+// allowed: [T, S] bool (true = may attend). Every row must allow at least one key.
+torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, const torch::Tensor& allowed);
+
+// Reference attention over explicit tensors: the new tokens see the rows of `past` K/V allowed
+// by `allowed` [T, P + T] (columns: the P past keys, then the T new keys). The new K/V of every
+// layer are kept for the caller (e.g. to append to a cache).
+class DenseAttention : public AttentionContext {
+ public:
+  // past_k / past_v: one [P, Hkv, D] tensor per layer, or empty vectors when P = 0.
+  DenseAttention(std::vector<torch::Tensor> past_k, std::vector<torch::Tensor> past_v,
+                 torch::Tensor allowed);
+
+  torch::Tensor Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
+
+  // The new tokens' K/V per layer, [T, Hkv, D], after the forward call.
+  const std::vector<torch::Tensor>& new_k() const { return new_k_; }
+  const std::vector<torch::Tensor>& new_v() const { return new_v_; }
+
+  // [T, T] lower-triangular mask: plain causal attention among T new tokens.
+  static torch::Tensor CausalMask(int64_t tokens);
+
+ private:
+  std::vector<torch::Tensor> past_k_, past_v_;
+  torch::Tensor allowed_;
+  std::vector<torch::Tensor> new_k_, new_v_;
+};
+
+}  // namespace gpeserve::model

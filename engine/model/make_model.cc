@@ -1,0 +1,239 @@
+#include "engine/model/make_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace gpeserve::model {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
+  bool tied;
+  double rope_theta, rms_eps;
+  int64_t max_positions;
+  bool llama3_rope;  // the preset's own rope scaling (for llama-3.2-1b)
+};
+
+// Shapes of the public checkpoints; `tiny` fits in a unit test.
+constexpr Preset kPresets[] = {
+    {"tiny", 64, 128, 2, 4, 2, 16, 0, false, 10000.0, 1e-6, 4096, false},
+    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, true, 1000000.0, 1e-6, 32768, false},
+    {"qwen2.5-3b", 2048, 11008, 36, 16, 2, 128, 151936, true, 1000000.0, 1e-6, 32768, false},
+    {"llama-3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, true, 500000.0, 1e-5, 131072, true},
+};
+
+// bf16 by truncation after rounding to nearest even, as torch does.
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t ToF16(float f) {
+  // IEEE half, round to nearest even; values here are small and finite.
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xFF) - 127 + 15;
+  uint32_t mant = x & 0x7FFFFF;
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    const int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00);
+  uint32_t half = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+// One tensor's bytes in the stored dtype.
+std::vector<char> Encode(const std::vector<float>& values, DType dtype) {
+  std::vector<char> bytes(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&bytes[i * 4], &values[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? ToBf16(values[i]) : ToF16(values[i]);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+absl::Status WriteJsonFile(const std::filesystem::path& path, const nlohmann::json& json) {
+  std::ofstream out(path);
+  out << json.dump(2) << "\n";
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat(path.string(), ": write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokenizer_vocab) {
+  const Preset* preset = nullptr;
+  for (const Preset& p : kPresets) {
+    if (o.preset == p.name) preset = &p;
+  }
+  if (preset == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown preset '", o.preset, "' (",
+                                                   absl::StrJoin(PresetNames(), ", "), ")"));
+  }
+  ModelConfig c;
+  if (o.arch == "qwen2") {
+    c.architecture = Architecture::kQwen2;
+    c.architecture_name = "Qwen2ForCausalLM";
+  } else if (o.arch == "llama") {
+    c.architecture = Architecture::kLlama;
+    c.architecture_name = "LlamaForCausalLM";
+  } else if (o.arch == "mistral") {
+    c.architecture = Architecture::kMistral;
+    c.architecture_name = "MistralForCausalLM";
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown arch '", o.arch, "' (qwen2, llama, mistral)"));
+  }
+  const int64_t rounded = (tokenizer_vocab + 63) / 64 * 64;
+  c.vocab_size = std::max(preset->vocab, rounded);
+  c.hidden_size = preset->hidden;
+  c.intermediate_size = preset->intermediate;
+  c.num_layers = preset->layers;
+  c.num_heads = preset->heads;
+  c.num_kv_heads = o.num_kv_heads.value_or(preset->kv_heads);
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_kv_heads ", c.num_kv_heads,
+                                                   " must divide num_heads ", c.num_heads));
+  }
+  c.head_dim = preset->head_dim;
+  c.rms_norm_eps = preset->rms_eps;
+  c.rope_theta = preset->rope_theta;
+  c.max_position_embeddings = preset->max_positions;
+  c.tie_word_embeddings = o.tie_word_embeddings.value_or(preset->tied);
+  const std::string rope = o.rope_scaling.value_or(preset->llama3_rope ? "llama3" : "none");
+  if (rope == "llama3") {
+    c.rope_scaling = {RopeScaling::Type::kLlama3, 32.0, 1.0, 4.0, 8192};
+    if (c.max_position_embeddings <= 8192) c.rope_scaling.original_max_position = 256;
+  } else if (rope == "linear") {
+    c.rope_scaling = {RopeScaling::Type::kLinear, 2.0};
+  } else if (rope != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown rope_scaling '", rope, "' (none, linear, llama3)"));
+  }
+  if (c.architecture == Architecture::kQwen2) {
+    if (o.attention_bias.has_value() || o.mlp_bias.has_value()) {
+      return absl::InvalidArgumentError(
+          "attention_bias / mlp_bias are fixed for qwen2 (q/k/v bias, no o/mlp bias)");
+    }
+    c.attention_bias = true;
+  } else {
+    c.attention_bias = c.o_proj_bias = o.attention_bias.value_or(false);
+    c.mlp_bias = o.mlp_bias.value_or(false);
+  }
+  c.torch_dtype = o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kBF16 ? "bfloat16"
+                                                                                 : "float16";
+  return c;
+}
+
+absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
+  if (o.tokenizer_dir.empty()) {
+    return absl::InvalidArgumentError("a tokenizer folder is required (--tokenizer DIR)");
+  }
+  auto tok = tokenizer::Tokenizer::Load(o.tokenizer_dir);
+  if (!tok.ok()) return tok.status();
+  auto config = MakeConfig(o, (*tok)->vocab_size());
+  if (!config.ok()) return config.status();
+  ModelConfig& c = *config;
+  if (auto eos = (*tok)->eos_id()) c.eos_token_ids = {*eos};
+  if (auto bos = (*tok)->bos_id()) c.bos_token_id = *bos;
+
+  std::error_code error;
+  std::filesystem::create_directories(out_dir, error);
+  if (error) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": ", error.message()));
+  const std::filesystem::path dir(out_dir);
+
+  // Weights: normal(0, init_std) for matrices and biases, 1 + normal(0, init_std) for norms.
+  std::mt19937_64 rng(o.seed);
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(o.init_std));
+  std::vector<std::vector<char>> storage;
+  std::vector<TensorToWrite> tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> values(n);
+    for (float& v : values) v = (norm ? 1.0f : 0.0f) + normal(rng);
+    storage.push_back(Encode(values, o.dtype));
+    tensors.push_back({name, o.dtype, std::move(shape), nullptr});
+  };
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
+                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  add("model.embed_tokens.weight", {c.vocab_size, h}, false);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    add(p + "input_layernorm.weight", {h}, true);
+    add(p + "post_attention_layernorm.weight", {h}, true);
+    add(p + "self_attn.q_proj.weight", {q, h}, false);
+    add(p + "self_attn.k_proj.weight", {kv, h}, false);
+    add(p + "self_attn.v_proj.weight", {kv, h}, false);
+    add(p + "self_attn.o_proj.weight", {h, q}, false);
+    if (c.attention_bias) {
+      add(p + "self_attn.q_proj.bias", {q}, false);
+      add(p + "self_attn.k_proj.bias", {kv}, false);
+      add(p + "self_attn.v_proj.bias", {kv}, false);
+    }
+    if (c.o_proj_bias) add(p + "self_attn.o_proj.bias", {h}, false);
+    add(p + "mlp.gate_proj.weight", {ff, h}, false);
+    add(p + "mlp.up_proj.weight", {ff, h}, false);
+    add(p + "mlp.down_proj.weight", {h, ff}, false);
+    if (c.mlp_bias) {
+      add(p + "mlp.gate_proj.bias", {ff}, false);
+      add(p + "mlp.up_proj.bias", {ff}, false);
+      add(p + "mlp.down_proj.bias", {h}, false);
+    }
+  }
+  add("model.norm.weight", {h}, true);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, false);
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = storage[i].data();
+  if (absl::Status s = WriteSafetensors((dir / "model.safetensors").string(), tensors,
+                                        {{"format", "pt"}});
+      !s.ok()) {
+    return s;
+  }
+
+  if (absl::Status s = WriteJsonFile(dir / "config.json", c.ToJson()); !s.ok()) return s;
+  nlohmann::json generation = {{"do_sample", false}};
+  if (c.bos_token_id) generation["bos_token_id"] = *c.bos_token_id;
+  if (!c.eos_token_ids.empty()) generation["eos_token_id"] = c.eos_token_ids;
+  if (absl::Status s = WriteJsonFile(dir / "generation_config.json", generation); !s.ok()) {
+    return s;
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    const std::filesystem::path from = std::filesystem::path(o.tokenizer_dir) / name;
+    if (!std::filesystem::exists(from)) continue;
+    std::filesystem::copy_file(from, dir / name,
+                               std::filesystem::copy_options::overwrite_existing, error);
+    if (error) return absl::DataLossError(absl::StrCat(from.string(), ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpeserve::model

@@ -1,0 +1,348 @@
+#include "engine/model/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace gpeserve::model {
+namespace {
+
+constexpr int64_t kRotaryTablePositions = 32768;
+
+torch::ScalarType TorchType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return torch::kFloat32;
+    case DType::kBF16: return torch::kBFloat16;
+    case DType::kF16: return torch::kFloat16;
+  }
+  return torch::kFloat32;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Finds tensors by name across the checkpoint's files (one file, or the shards of an index).
+class WeightSource {
+ public:
+  static absl::StatusOr<WeightSource> Open(const std::string& dir) {
+    WeightSource source;
+    const std::string single = dir + "/model.safetensors";
+    const std::string index = dir + "/model.safetensors.index.json";
+    std::vector<std::string> shard_names;
+    if (std::filesystem::exists(single)) {
+      shard_names.push_back("model.safetensors");
+    } else if (std::filesystem::exists(index)) {
+      std::ifstream in(index);
+      nlohmann::json json;
+      try {
+        json = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(index, ": not valid JSON: ", e.what()));
+      }
+      if (!json.contains("weight_map") || !json["weight_map"].is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(index, ": missing \"weight_map\""));
+      }
+      std::set<std::string> names;
+      for (const auto& [tensor, file] : json["weight_map"].items()) {
+        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(index, ": weight_map['", tensor, "']: expected a file name"));
+        }
+        names.insert(file.get<std::string>());
+      }
+      shard_names.assign(names.begin(), names.end());
+    } else {
+      return absl::NotFoundError(absl::StrCat(dir, ": no model.safetensors or ",
+                                              "model.safetensors.index.json"));
+    }
+    for (const std::string& name : shard_names) {
+      auto file = SafetensorsFile::Open(dir + "/" + name);
+      if (!file.ok()) return file.status();
+      source.files_.push_back(*std::move(file));
+    }
+    return source;
+  }
+
+  // The tensor `name` with exactly `shape`, converted to `dtype` on `device`. Errors name the
+  // file and the tensor.
+  absl::StatusOr<torch::Tensor> Load(const std::string& name, const std::vector<int64_t>& shape,
+                                     torch::ScalarType dtype, torch::Device device) const {
+    for (const auto& file : files_) {
+      const TensorInfo* info = file->Find(name);
+      if (info == nullptr) continue;
+      if (info->shape != shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(file->path(), ": tensor '", name, "' has shape ",
+                         ShapeString(info->shape), " but config.json implies ",
+                         ShapeString(shape)));
+      }
+      torch::Tensor view = torch::from_blob(const_cast<void*>(file->Data(*info)), info->shape,
+                                            torch::TensorOptions().dtype(TorchType(info->dtype)));
+      // Same dtype on the CPU: the tensor stays a view of the mapping (no copy).
+      return view.to(device, dtype);
+    }
+    std::vector<std::string> paths;
+    for (const auto& file : files_) paths.push_back(file->path());
+    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing (looked in ",
+                                            absl::StrJoin(paths, ", "), ")"));
+  }
+
+  bool Has(const std::string& name) const {
+    for (const auto& file : files_) {
+      if (file->Find(name) != nullptr) return true;
+    }
+    return false;
+  }
+
+  const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
+
+ private:
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+};
+
+absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda" || name.starts_with("cuda:")) {
+    if (!torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", name, "' requested but this libtorch sees no CUDA device"));
+    }
+    try {
+      return torch::Device(name);
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("bad device '", name, "'"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown device '", name, "' (cpu, cuda, cuda:N)"));
+}
+
+// Inverse rotary frequencies with the config's scaling, as Hugging Face computes them.
+torch::Tensor InverseFrequencies(const ModelConfig& c) {
+  const int64_t dim = c.head_dim;
+  torch::Tensor inv_freq =
+      1.0 / torch::pow(c.rope_theta, torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) /
+                                         static_cast<double>(dim));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) return inv_freq / s.factor;
+  if (s.type != RopeScaling::Type::kLlama3) return inv_freq;
+  const double old_context = static_cast<double>(s.original_max_position);
+  const double low_freq_wavelen = old_context / s.low_freq_factor;
+  const double high_freq_wavelen = old_context / s.high_freq_factor;
+  const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+  torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  const torch::Tensor smooth =
+      (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const torch::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::nn::functional::linear(x, w);
+}
+
+}  // namespace
+
+absl::StatusOr<torch::ScalarType> ParseServingDtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return torch::kFloat32;
+  if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;
+  if (name == "fp16" || name == "float16") return torch::kFloat16;
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16, fp16)"));
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
+                                                         const ModelOptions& options) {
+  auto dtype = ParseServingDtype(options.dtype);
+  if (!dtype.ok()) return dtype.status();
+  auto device = ParseDevice(options.device);
+  if (!device.ok()) return device.status();
+  auto config = LoadModelConfig(dir);
+  if (!config.ok()) return config.status();
+  if (device->is_cpu()) {
+    const int threads = options.threads > 0 ? options.threads
+                                            : static_cast<int>(std::thread::hardware_concurrency());
+    torch::set_num_threads(std::max(1, threads));
+  }
+
+  std::shared_ptr<Model> model(new Model());
+  model->config_ = *std::move(config);
+  model->dtype_ = *dtype;
+  model->device_ = *device;
+  const ModelConfig& c = model->config_;
+
+  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    auto tok = tokenizer::Tokenizer::Load(dir);
+    if (!tok.ok()) return tok.status();
+    if ((*tok)->vocab_size() > c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, "/tokenizer.json has ", (*tok)->vocab_size(), " tokens but ", dir,
+          "/config.json has vocab_size ", c.vocab_size, ": tokenizer and model do not match"));
+    }
+    model->tokenizer_ = *std::move(tok);
+  }
+
+  auto source = WeightSource::Open(dir);
+  if (!source.ok()) return source.status();
+  model->files_ = source->files();
+  try {
+    auto load = [&](const std::string& name,
+                    const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
+      return source->Load(name, shape, model->dtype_, model->device_);
+    };
+    const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
+                  kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+    // Loads into *out, returning early from Load on error.
+#define GPE_LOAD(out, name, ...)                  \
+  do {                                            \
+    auto tensor = load(name, {__VA_ARGS__});      \
+    if (!tensor.ok()) return tensor.status();     \
+    out = *std::move(tensor);                     \
+  } while (0)
+    GPE_LOAD(model->embed_, "model.embed_tokens.weight", c.vocab_size, h);
+    GPE_LOAD(model->final_norm_, "model.norm.weight", h);
+    if (c.tie_word_embeddings) {
+      model->lm_head_ = model->embed_;
+    } else {
+      GPE_LOAD(model->lm_head_, "lm_head.weight", c.vocab_size, h);
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const std::string p = absl::StrCat("model.layers.", i, ".");
+      Layer layer;
+      GPE_LOAD(layer.input_norm, p + "input_layernorm.weight", h);
+      GPE_LOAD(layer.post_norm, p + "post_attention_layernorm.weight", h);
+      GPE_LOAD(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
+      GPE_LOAD(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
+      GPE_LOAD(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
+      GPE_LOAD(layer.o_w, p + "self_attn.o_proj.weight", h, q_dim);
+      if (c.attention_bias) {
+        GPE_LOAD(layer.q_b, p + "self_attn.q_proj.bias", q_dim);
+        GPE_LOAD(layer.k_b, p + "self_attn.k_proj.bias", kv_dim);
+        GPE_LOAD(layer.v_b, p + "self_attn.v_proj.bias", kv_dim);
+      }
+      if (c.o_proj_bias) GPE_LOAD(layer.o_b, p + "self_attn.o_proj.bias", h);
+      GPE_LOAD(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
+      GPE_LOAD(layer.up_w, p + "mlp.up_proj.weight", ff, h);
+      GPE_LOAD(layer.down_w, p + "mlp.down_proj.weight", h, ff);
+      if (c.mlp_bias) {
+        GPE_LOAD(layer.gate_b, p + "mlp.gate_proj.bias", ff);
+        GPE_LOAD(layer.up_b, p + "mlp.up_proj.bias", ff);
+        GPE_LOAD(layer.down_b, p + "mlp.down_proj.bias", h);
+      }
+      model->layers_.push_back(std::move(layer));
+    }
+#undef GPE_LOAD
+    model->inv_freq_ = InverseFrequencies(c).to(model->device_);
+    const int64_t table = std::min(kRotaryTablePositions, c.max_position_embeddings);
+    const torch::Tensor freqs = torch::outer(
+        torch::arange(table, torch::TensorOptions().dtype(torch::kFloat32).device(model->device_)),
+        model->inv_freq_);
+    const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+    model->cos_table_ = emb.cos();
+    model->sin_table_ = emb.sin();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(dir, ": libtorch error while loading: ",
+                                            e.what_without_backtrace()));
+  }
+  return std::shared_ptr<const Model>(std::move(model));
+}
+
+torch::Tensor Model::RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  const torch::Tensor normed =
+      xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
+  const int64_t table = cos_table_.size(0);
+  if (positions.numel() == 0 || positions.max().item<int64_t>() < table) {
+    return {cos_table_.index_select(0, positions), sin_table_.index_select(0, positions)};
+  }
+  const torch::Tensor freqs = torch::outer(positions.to(torch::kFloat32), inv_freq_);
+  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
+                                             const torch::Tensor& positions,
+                                             const torch::Tensor& logit_rows,
+                                             AttentionContext& attention) const {
+  const ModelConfig& c = config_;
+  if (tokens.dim() != 1 || positions.dim() != 1 || tokens.size(0) != positions.size(0)) {
+    return absl::InvalidArgumentError("tokens and positions must be 1-D and of equal length");
+  }
+  const int64_t t = tokens.size(0);
+  if (t == 0) return absl::InvalidArgumentError("no tokens to run");
+  try {
+    c10::InferenceMode guard;
+    const torch::Tensor ids = tokens.to(device_, torch::kInt64);
+    const torch::Tensor pos = positions.to(device_, torch::kInt64);
+    const torch::Tensor rows = logit_rows.to(device_, torch::kInt64);
+    if (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token ids must be in [0, ", c.vocab_size, ")"));
+    }
+    if (pos.min().item<int64_t>() < 0) {
+      return absl::InvalidArgumentError("position ids must be non-negative");
+    }
+    if (rows.numel() > 0 && (rows.min().item<int64_t>() < 0 || rows.max().item<int64_t>() >= t)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit rows must be in [0, ", t, ")"));
+    }
+    auto [cos, sin] = Rotary(pos);
+    cos = cos.to(dtype_).unsqueeze(1);  // [T, 1, D]
+    sin = sin.to(dtype_).unsqueeze(1);
+    torch::Tensor x = embed_.index_select(0, ids);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& l = layers_[i];
+      const torch::Tensor h = RmsNorm(x, l.input_norm);
+      torch::Tensor q = Linear(h, l.q_w, l.q_b).view({t, c.num_heads, c.head_dim});
+      torch::Tensor k = Linear(h, l.k_w, l.k_b).view({t, c.num_kv_heads, c.head_dim});
+      const torch::Tensor v = Linear(h, l.v_w, l.v_b).view({t, c.num_kv_heads, c.head_dim});
+      q = q * cos + RotateHalf(q) * sin;
+      k = k * cos + RotateHalf(k) * sin;
+      const torch::Tensor attn = attention.Attend(static_cast<int64_t>(i), q, k, v);
+      x = x + Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
+      const torch::Tensor m = RmsNorm(x, l.post_norm);
+      const torch::Tensor act =
+          torch::silu(Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
+      x = x + Linear(act, l.down_w, l.down_b);
+    }
+    const torch::Tensor selected = RmsNorm(x.index_select(0, rows), final_norm_);
+    return Linear(selected, lm_head_, torch::Tensor()).to(torch::kCPU, torch::kFloat32);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("libtorch error in forward: ", e.what_without_backtrace()));
+  }
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& w) {
+    if (w.defined()) bytes += w.numel() * w.element_size();
+  };
+  add(embed_);
+  add(final_norm_);
+  if (!config_.tie_word_embeddings) add(lm_head_);
+  for (const Layer& l : layers_) {
+    for (const torch::Tensor* w : {&l.input_norm, &l.post_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b,
+                                   &l.v_w, &l.v_b, &l.o_w, &l.o_b, &l.gate_w, &l.gate_b, &l.up_w,
+                                   &l.up_b, &l.down_w, &l.down_b}) {
+      add(*w);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace gpeserve::model
