@@ -62,7 +62,8 @@ int MakeModelCommand(int argc, char** argv, int first) {
   Args args("gpe make-model --tokenizer DIR --out DIR [options]",
             "Writes a random-weight model folder that Hugging Face transformers loads:\n"
             "config.json, model.safetensors, generation_config.json and the tokenizer files.\n"
-            "Presets: " + absl::StrJoin(model::PresetNames(), ", ") + ".");
+            "Presets: " +
+                absl::StrJoin(model::PresetNames(), ", ") + ".");
   args.AddString("arch", "qwen2|llama|mistral", "architecture", "qwen2");
   args.AddString("preset", "NAME", "layer shapes", "tiny");
   args.AddString("tokenizer", "DIR", "folder with tokenizer.json to copy (fixes the vocabulary)");
@@ -172,8 +173,8 @@ int LogitsCommand(int argc, char** argv, int first) {
     return Fail(absl::InvalidArgumentError("--threads takes an integer"), 2);
   }
   auto loaded = model::Model::Load(
-      *args.Get("model"), {.dtype = *args.Get("dtype"), .device = *args.Get("device"),
-                           .threads = threads});
+      *args.Get("model"),
+      {.dtype = *args.Get("dtype"), .device = *args.Get("device"), .threads = threads});
   if (!loaded.ok()) return Fail(loaded.status());
   const model::Model& m = **loaded;
 
@@ -181,14 +182,15 @@ int LogitsCommand(int argc, char** argv, int first) {
   torch::Tensor allowed = torch::zeros({t, t}, torch::kBool);
   int64_t start = 0;
   for (int64_t len : segments) {
-    allowed.slice(0, start, start + len).slice(1, start, start + len).copy_(
-        model::DenseAttention::CausalMask(len));
+    allowed.slice(0, start, start + len)
+        .slice(1, start, start + len)
+        .copy_(model::DenseAttention::CausalMask(len));
     start += len;
   }
   model::DenseAttention attention({}, {}, allowed);
-  auto logits = m.Forward(torch::tensor(*tokens, torch::kInt64),
-                          torch::tensor(positions, torch::kInt64),
-                          torch::arange(t, torch::kInt64), attention);
+  auto logits =
+      m.Forward(torch::tensor(*tokens, torch::kInt64), torch::tensor(positions, torch::kInt64),
+                torch::arange(t, torch::kInt64), attention);
   if (!logits.ok()) return Fail(logits.status());
   const torch::Tensor out = logits->contiguous();
   if (absl::Status s = model::WriteNpyFloat32(*args.Get("out"), {out.size(0), out.size(1)},

@@ -13,12 +13,13 @@ torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Ten
     keys = k.repeat_interleave(heads / kv_heads, /*dim=*/1);
     values = v.repeat_interleave(heads / kv_heads, /*dim=*/1);
   }
-  const torch::Tensor qh = q.transpose(0, 1);                           // [H, T, D]
-  const torch::Tensor kh = keys.transpose(0, 1);                        // [H, S, D]
-  const torch::Tensor vh = values.transpose(0, 1);                      // [H, S, D]
+  const torch::Tensor qh = q.transpose(0, 1);       // [H, T, D]
+  const torch::Tensor kh = keys.transpose(0, 1);    // [H, S, D]
+  const torch::Tensor vh = values.transpose(0, 1);  // [H, S, D]
   torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) / std::sqrt(double(head_dim));
-  scores = scores.to(torch::kFloat32).masked_fill(allowed.logical_not().unsqueeze(0),
-                                                  -std::numeric_limits<float>::infinity());
+  scores =
+      scores.to(torch::kFloat32)
+          .masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<float>::infinity());
   const torch::Tensor probs = torch::softmax(scores, -1).to(q.scalar_type());
   return torch::matmul(probs, vh).transpose(0, 1).contiguous();  // [T, H, D]
 }
@@ -27,8 +28,8 @@ DenseAttention::DenseAttention(std::vector<torch::Tensor> past_k, std::vector<to
                                torch::Tensor allowed)
     : past_k_(std::move(past_k)), past_v_(std::move(past_v)), allowed_(std::move(allowed)) {}
 
-torch::Tensor DenseAttention::Attend(int64_t layer, const torch::Tensor& q,
-                                     const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor DenseAttention::Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v) {
   new_k_.push_back(k);
   new_v_.push_back(v);
   torch::Tensor keys = k, values = v;

@@ -6,10 +6,10 @@
 // Thread-safety: an AttentionContext belongs to one forward call on one thread.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace gpeserve::model {
 

@@ -61,7 +61,8 @@ absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& nam
   if (it == json.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_object()) return FieldError(name, "rope_scaling", "expected an object or null");
   std::string type;
-  if (auto t = it->find("rope_type"); t != it->end() && t->is_string()) type = t->get<std::string>();
+  if (auto t = it->find("rope_type"); t != it->end() && t->is_string())
+    type = t->get<std::string>();
   if (auto t = it->find("type"); type.empty() && t != it->end() && t->is_string()) {
     type = t->get<std::string>();
   }
@@ -83,7 +84,8 @@ absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& nam
     return absl::OkStatus();
   }
   return Unsupported(name, "rope_scaling.rope_type",
-                     absl::StrCat("'", type, "' is not implemented (supported: default, linear, "
+                     absl::StrCat("'", type,
+                                  "' is not implemented (supported: default, linear, "
                                   "llama3)"));
 }
 
@@ -123,9 +125,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   if (!kv_heads.ok()) return kv_heads.status();
   c.num_kv_heads = *kv_heads;
   if (c.num_heads % c.num_kv_heads != 0) {
-    return FieldError(name, "num_key_value_heads",
-                      absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ",
-                                   c.num_heads));
+    return FieldError(
+        name, "num_key_value_heads",
+        absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
   }
   if (c.hidden_size % c.num_heads != 0 && !json.contains("head_dim")) {
     return FieldError(name, "num_attention_heads", "does not divide hidden_size");
@@ -163,12 +165,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
       break;
     case Architecture::kMistral:
       if (auto w = json.find("sliding_window"); w != json.end() && w->is_number_integer() &&
-                                                 w->get<int64_t>() < c.max_position_embeddings) {
-        return Unsupported(name, "sliding_window",
-                           absl::StrCat("a window of ", w->get<int64_t>(), " < ",
-                                        c.max_position_embeddings,
-                                        " positions changes attention; sliding-window attention "
-                                        "is not implemented"));
+                                                w->get<int64_t>() < c.max_position_embeddings) {
+        return Unsupported(
+            name, "sliding_window",
+            absl::StrCat("a window of ", w->get<int64_t>(), " < ", c.max_position_embeddings,
+                         " positions changes attention; sliding-window attention "
+                         "is not implemented"));
       }
       break;
   }
@@ -205,12 +207,12 @@ nlohmann::json ModelConfig::ToJson() const {
       j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
       break;
     case RopeScaling::Type::kLlama3:
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", rope_scaling.factor},
-                           {"low_freq_factor", rope_scaling.low_freq_factor},
-                           {"high_freq_factor", rope_scaling.high_freq_factor},
-                           {"original_max_position_embeddings",
-                            rope_scaling.original_max_position}};
+      j["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", rope_scaling.factor},
+          {"low_freq_factor", rope_scaling.low_freq_factor},
+          {"high_freq_factor", rope_scaling.high_freq_factor},
+          {"original_max_position_embeddings", rope_scaling.original_max_position}};
       break;
   }
   if (architecture == Architecture::kQwen2) {

@@ -22,31 +22,31 @@ enum class Architecture { kQwen2, kLlama, kMistral };
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3 };
   Type type = Type::kNone;
-  double factor = 1.0;                     // linear and llama3
-  double low_freq_factor = 1.0;            // llama3
-  double high_freq_factor = 4.0;           // llama3
-  int64_t original_max_position = 8192;    // llama3: original_max_position_embeddings
+  double factor = 1.0;                   // linear and llama3
+  double low_freq_factor = 1.0;          // llama3
+  double high_freq_factor = 4.0;         // llama3
+  int64_t original_max_position = 8192;  // llama3: original_max_position_embeddings
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kQwen2;
-  std::string architecture_name;   // as written in config.json, e.g. "Qwen2ForCausalLM"
+  std::string architecture_name;  // as written in config.json, e.g. "Qwen2ForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
-  int64_t num_kv_heads = 0;        // == num_heads for multi-head attention
-  int64_t head_dim = 0;            // hidden_size / num_heads unless given
+  int64_t num_kv_heads = 0;  // == num_heads for multi-head attention
+  int64_t head_dim = 0;      // hidden_size / num_heads unless given
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   int64_t max_position_embeddings = 32768;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;     // bias on q/k/v/o (Qwen2: q/k/v always, o never)
+  bool attention_bias = false;  // bias on q/k/v/o (Qwen2: q/k/v always, o never)
   bool o_proj_bias = false;
   bool mlp_bias = false;
-  std::string torch_dtype;         // stored dtype hint ("bfloat16", "float32", ...)
+  std::string torch_dtype;             // stored dtype hint ("bfloat16", "float32", ...)
   std::vector<int64_t> eos_token_ids;  // from config.json / generation_config.json
   std::optional<int64_t> bos_token_id;
 

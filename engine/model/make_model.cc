@@ -96,8 +96,8 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
     if (o.preset == p.name) preset = &p;
   }
   if (preset == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown preset '", o.preset, "' (",
-                                                   absl::StrJoin(PresetNames(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown preset '", o.preset, "' (", absl::StrJoin(PresetNames(), ", "), ")"));
   }
   ModelConfig c;
   if (o.arch == "qwen2") {
@@ -121,8 +121,8 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   c.num_heads = preset->heads;
   c.num_kv_heads = o.num_kv_heads.value_or(preset->kv_heads);
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_kv_heads ", c.num_kv_heads,
-                                                   " must divide num_heads ", c.num_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_kv_heads ", c.num_kv_heads, " must divide num_heads ", c.num_heads));
   }
   c.head_dim = preset->head_dim;
   c.rms_norm_eps = preset->rms_eps;
@@ -149,8 +149,9 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
     c.attention_bias = c.o_proj_bias = o.attention_bias.value_or(false);
     c.mlp_bias = o.mlp_bias.value_or(false);
   }
-  c.torch_dtype = o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kBF16 ? "bfloat16"
-                                                                                 : "float16";
+  c.torch_dtype = o.dtype == DType::kF32    ? "float32"
+                  : o.dtype == DType::kBF16 ? "bfloat16"
+                                            : "float16";
   return c;
 }
 
@@ -184,8 +185,8 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
     storage.push_back(Encode(values, o.dtype));
     tensors.push_back({name, o.dtype, std::move(shape), nullptr});
   };
-  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
-                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim,
+                ff = c.intermediate_size;
   add("model.embed_tokens.weight", {c.vocab_size, h}, false);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
@@ -213,8 +214,8 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
   add("model.norm.weight", {h}, true);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, false);
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = storage[i].data();
-  if (absl::Status s = WriteSafetensors((dir / "model.safetensors").string(), tensors,
-                                        {{"format", "pt"}});
+  if (absl::Status s =
+          WriteSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
       !s.ok()) {
     return s;
   }
@@ -229,8 +230,8 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     const std::filesystem::path from = std::filesystem::path(o.tokenizer_dir) / name;
     if (!std::filesystem::exists(from)) continue;
-    std::filesystem::copy_file(from, dir / name,
-                               std::filesystem::copy_options::overwrite_existing, error);
+    std::filesystem::copy_file(from, dir / name, std::filesystem::copy_options::overwrite_existing,
+                               error);
     if (error) return absl::DataLossError(absl::StrCat(from.string(), ": ", error.message()));
   }
   return absl::OkStatus();

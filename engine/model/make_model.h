@@ -17,12 +17,12 @@
 namespace gpeserve::model {
 
 struct MakeModelOptions {
-  std::string arch = "qwen2";     // qwen2 | llama | mistral
-  std::string preset = "tiny";    // see PresetNames()
-  std::string tokenizer_dir;      // folder with tokenizer.json (+ tokenizer_config.json)
+  std::string arch = "qwen2";   // qwen2 | llama | mistral
+  std::string preset = "tiny";  // see PresetNames()
+  std::string tokenizer_dir;    // folder with tokenizer.json (+ tokenizer_config.json)
   uint64_t seed = 0;
-  DType dtype = DType::kF32;      // stored dtype
-  double init_std = 0.02;         // standard deviation of the random weights
+  DType dtype = DType::kF32;  // stored dtype
+  double init_std = 0.02;     // standard deviation of the random weights
   // Overrides of the preset (unset: keep the preset's value).
   std::optional<int64_t> num_kv_heads;
   std::optional<bool> tie_word_embeddings;

@@ -17,9 +17,12 @@ constexpr int64_t kRotaryTablePositions = 32768;
 
 torch::ScalarType TorchType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return torch::kFloat32;
-    case DType::kBF16: return torch::kBFloat16;
-    case DType::kF16: return torch::kFloat16;
+    case DType::kF32:
+      return torch::kFloat32;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kF16:
+      return torch::kFloat16;
   }
   return torch::kFloat32;
 }
@@ -59,8 +62,8 @@ class WeightSource {
       }
       shard_names.assign(names.begin(), names.end());
     } else {
-      return absl::NotFoundError(absl::StrCat(dir, ": no model.safetensors or ",
-                                              "model.safetensors.index.json"));
+      return absl::NotFoundError(
+          absl::StrCat(dir, ": no model.safetensors or ", "model.safetensors.index.json"));
     }
     for (const std::string& name : shard_names) {
       auto file = SafetensorsFile::Open(dir + "/" + name);
@@ -79,9 +82,8 @@ class WeightSource {
       if (info == nullptr) continue;
       if (info->shape != shape) {
         return absl::InvalidArgumentError(
-            absl::StrCat(file->path(), ": tensor '", name, "' has shape ",
-                         ShapeString(info->shape), " but config.json implies ",
-                         ShapeString(shape)));
+            absl::StrCat(file->path(), ": tensor '", name, "' has shape ", ShapeString(info->shape),
+                         " but config.json implies ", ShapeString(shape)));
       }
       torch::Tensor view = torch::from_blob(const_cast<void*>(file->Data(*info)), info->shape,
                                             torch::TensorOptions().dtype(TorchType(info->dtype)));
@@ -120,7 +122,8 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
       return absl::InvalidArgumentError(absl::StrCat("bad device '", name, "'"));
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown device '", name, "' (cpu, cuda, cuda:N)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", name, "' (cpu, cuda, cuda:N)"));
 }
 
 // Inverse rotary frequencies with the config's scaling, as Hugging Face computes them.
@@ -140,7 +143,8 @@ torch::Tensor InverseFrequencies(const ModelConfig& c) {
   const torch::Tensor smooth =
       (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   const torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
-  const torch::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  const torch::Tensor medium =
+      (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
   return torch::where(medium, smoothed, scaled);
 }
 
@@ -204,11 +208,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
                   kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
     // Loads into *out, returning early from Load on error.
-#define GPE_LOAD(out, name, ...)                  \
-  do {                                            \
-    auto tensor = load(name, {__VA_ARGS__});      \
-    if (!tensor.ok()) return tensor.status();     \
-    out = *std::move(tensor);                     \
+#define GPE_LOAD(out, name, ...)              \
+  do {                                        \
+    auto tensor = load(name, {__VA_ARGS__});  \
+    if (!tensor.ok()) return tensor.status(); \
+    out = *std::move(tensor);                 \
   } while (0)
     GPE_LOAD(model->embed_, "model.embed_tokens.weight", c.vocab_size, h);
     GPE_LOAD(model->final_norm_, "model.norm.weight", h);
@@ -252,8 +256,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     model->cos_table_ = emb.cos();
     model->sin_table_ = emb.sin();
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(dir, ": libtorch error while loading: ",
-                                            e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat(dir, ": libtorch error while loading: ", e.what_without_backtrace()));
   }
   return std::shared_ptr<const Model>(std::move(model));
 }
@@ -336,9 +340,9 @@ int64_t Model::weight_bytes() const {
   add(final_norm_);
   if (!config_.tie_word_embeddings) add(lm_head_);
   for (const Layer& l : layers_) {
-    for (const torch::Tensor* w : {&l.input_norm, &l.post_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b,
-                                   &l.v_w, &l.v_b, &l.o_w, &l.o_b, &l.gate_w, &l.gate_b, &l.up_w,
-                                   &l.up_b, &l.down_w, &l.down_b}) {
+    for (const torch::Tensor* w :
+         {&l.input_norm, &l.post_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w,
+          &l.o_b, &l.gate_w, &l.gate_b, &l.up_w, &l.up_b, &l.down_w, &l.down_b}) {
       add(*w);
     }
   }

@@ -7,12 +7,12 @@
 // thread pool is sized once, at load).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "engine/model/attention.h"
@@ -74,7 +74,7 @@ class Model {
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  torch::Tensor inv_freq_;              // [head_dim / 2] float32, on device
+  torch::Tensor inv_freq_;               // [head_dim / 2] float32, on device
   torch::Tensor cos_table_, sin_table_;  // [kRotaryTablePositions, head_dim] float32, on device
 };
 

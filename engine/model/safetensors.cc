@@ -34,9 +34,12 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -75,9 +78,8 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensors(std::string_view file,
     if (name == "__metadata__") continue;
     const std::string where = absl::StrCat("tensor '", name, "'");
     if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
-        !entry.contains("shape") || !entry["shape"].is_array() ||
-        !entry.contains("data_offsets") || !entry["data_offsets"].is_array() ||
-        entry["data_offsets"].size() != 2) {
+        !entry.contains("shape") || !entry["shape"].is_array() || !entry.contains("data_offsets") ||
+        !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
       return Corrupt(file_name, absl::StrCat(where, ": expected {dtype, shape, data_offsets}"));
     }
     TensorInfo info;
@@ -96,7 +98,8 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensors(std::string_view file,
       }
       info.shape.push_back(d.get<int64_t>());
       numel *= static_cast<uint64_t>(d.get<int64_t>());
-      if (numel > (uint64_t{1} << 40)) return Corrupt(file_name, absl::StrCat(where, ": too large"));
+      if (numel > (uint64_t{1} << 40))
+        return Corrupt(file_name, absl::StrCat(where, ": too large"));
     }
     const auto& offsets = entry["data_offsets"];
     if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
@@ -104,9 +107,9 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensors(std::string_view file,
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return Corrupt(file_name, absl::StrCat(where, ": data_offsets [", begin, ", ", end,
-                                             "] out of range (data section is ", data_size,
-                                             " bytes)"));
+      return Corrupt(file_name,
+                     absl::StrCat(where, ": data_offsets [", begin, ", ", end,
+                                  "] out of range (data section is ", data_size, " bytes)"));
     }
     if (end - begin != numel * DTypeSize(info.dtype)) {
       return Corrupt(file_name, absl::StrCat(where, ": ", end - begin, " bytes for shape of ",
@@ -123,8 +126,8 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensors(std::string_view file,
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const TensorInfo& prev = *by_offset[i - 1];
     if (prev.size > 0 && by_offset[i]->size > 0 && prev.offset + prev.size > by_offset[i]->offset) {
-      return Corrupt(file_name, absl::StrCat("tensors '", prev.name, "' and '",
-                                             by_offset[i]->name, "' overlap"));
+      return Corrupt(file_name, absl::StrCat("tensors '", prev.name, "' and '", by_offset[i]->name,
+                                             "' overlap"));
     }
   }
   std::sort(tensors.begin(), tensors.end(),

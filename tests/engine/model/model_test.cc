@@ -1,0 +1,244 @@
+#include "engine/model/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/model/make_model.h"
+#include "gtest/gtest.h"
+#include "tests/engine/tokenizer/test_tokenizers.h"
+
+namespace gpeserve::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under the test temp dir.
+std::string TempFolder(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("gpe_model_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A byte-level tokenizer folder (256 tokens + 2 specials).
+std::string TokenizerFolder() {
+  static const std::string dir = [] {
+    const std::string d = TempFolder("tokenizer");
+    nlohmann::json added =
+        nlohmann::json::array({tokenizer::testing::Added(256, "<|im_start|>", true),
+                               tokenizer::testing::Added(257, "<|im_end|>", true)});
+    std::ofstream(d + "/tokenizer.json") << tokenizer::testing::ByteLevelJson({}, {}, added).dump();
+    std::ofstream(d + "/tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+    return d;
+  }();
+  return dir;
+}
+
+std::string MakeTiny(const std::string& name, const std::string& arch, uint64_t seed) {
+  const std::string dir = TempFolder(name);
+  MakeModelOptions o;
+  o.arch = arch;
+  o.preset = "tiny";
+  o.tokenizer_dir = TokenizerFolder();
+  o.seed = seed;
+  o.init_std = 0.2;
+  const absl::Status s = MakeModel(o, dir);
+  EXPECT_TRUE(s.ok()) << s;
+  return dir;
+}
+
+std::shared_ptr<const Model> LoadOrDie(const std::string& dir) {
+  auto m = Model::Load(dir, {.dtype = "fp32", .device = "cpu", .threads = 2});
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : nullptr;
+}
+
+torch::Tensor Ids(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
+
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
+}
+
+TEST(ModelTest, LoadsConfigTokenizerAndEos) {
+  auto m = LoadOrDie(MakeTiny("load", "qwen2", 1));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->config().vocab_size, 320);  // 258 tokens rounded up to a multiple of 64
+  ASSERT_NE(m->tokenizer(), nullptr);
+  EXPECT_EQ(m->config().eos_token_ids, std::vector<int64_t>{257});
+  EXPECT_GT(m->weight_bytes(), 0);
+}
+
+// One forward over all tokens == the same tokens fed in chunks with a growing K/V cache, for
+// plain positions and for two position groups (as group position encoding produces).
+TEST(ModelTest, ChunkedWithCacheEqualsFullForward) {
+  for (const std::string arch : {"qwen2", "llama", "mistral"}) {
+    auto m = LoadOrDie(MakeTiny("chunked_" + arch, arch, 2));
+    ASSERT_NE(m, nullptr);
+    const std::vector<int64_t> tokens = {5, 17, 99, 3, 250, 42, 7, 300, 11, 64};
+    for (const std::vector<int64_t>& positions :
+         {std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+          std::vector<int64_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3}}) {
+      const int64_t t = static_cast<int64_t>(tokens.size());
+      DenseAttention full({}, {}, DenseAttention::CausalMask(t));
+      auto expected = m->Forward(Ids(tokens), Ids(positions), torch::arange(t), full);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+
+      std::vector<torch::Tensor> past_k, past_v;
+      int64_t done = 0;
+      for (int64_t chunk : {3, 1, 1, 4, 1}) {
+        std::vector<int64_t> ids(tokens.begin() + done, tokens.begin() + done + chunk);
+        std::vector<int64_t> pos(positions.begin() + done, positions.begin() + done + chunk);
+        // New token i sees all cached keys and new tokens 0..i.
+        torch::Tensor allowed = torch::cat(
+            {torch::ones({chunk, done}, torch::kBool), DenseAttention::CausalMask(chunk)}, 1);
+        DenseAttention step(past_k, past_v, allowed);
+        auto logits = m->Forward(Ids(ids), Ids(pos), torch::arange(chunk), step);
+        ASSERT_TRUE(logits.ok()) << logits.status();
+        EXPECT_LT(RelativeError(*logits, expected->slice(0, done, done + chunk)), 1e-5)
+            << arch << " chunk at " << done;
+        for (size_t l = 0; l < step.new_k().size(); ++l) {
+          if (past_k.size() <= l) {
+            past_k.push_back(step.new_k()[l]);
+            past_v.push_back(step.new_v()[l]);
+          } else {
+            past_k[l] = torch::cat({past_k[l], step.new_k()[l]});
+            past_v[l] = torch::cat({past_v[l], step.new_v()[l]});
+          }
+        }
+        done += chunk;
+      }
+    }
+  }
+}
+
+TEST(ModelTest, BatchedSequencesEqualSeparateRuns) {
+  auto m = LoadOrDie(MakeTiny("batched", "llama", 3));
+  ASSERT_NE(m, nullptr);
+  const std::vector<int64_t> a = {1, 2, 3, 4, 5}, b = {9, 8, 7};
+  auto run = [&](const std::vector<int64_t>& ids) {
+    const int64_t t = static_cast<int64_t>(ids.size());
+    DenseAttention attn({}, {}, DenseAttention::CausalMask(t));
+    return *m->Forward(Ids(ids), torch::arange(t), torch::arange(t), attn);
+  };
+  torch::Tensor allowed = torch::zeros({8, 8}, torch::kBool);
+  allowed.slice(0, 0, 5).slice(1, 0, 5).copy_(DenseAttention::CausalMask(5));
+  allowed.slice(0, 5, 8).slice(1, 5, 8).copy_(DenseAttention::CausalMask(3));
+  DenseAttention attn({}, {}, allowed);
+  // Only the last row of each sequence is asked for, as a decode step would.
+  auto batched =
+      m->Forward(Ids({1, 2, 3, 4, 5, 9, 8, 7}), Ids({0, 1, 2, 3, 4, 0, 1, 2}), Ids({4, 7}), attn);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_EQ(batched->size(0), 2);
+  EXPECT_LT(RelativeError(batched->slice(0, 0, 1), run(a).slice(0, 4, 5)), 1e-5);
+  EXPECT_LT(RelativeError(batched->slice(0, 1, 2), run(b).slice(0, 2, 3)), 1e-5);
+}
+
+TEST(ModelTest, ForwardRejectsBadInput) {
+  auto m = LoadOrDie(MakeTiny("badinput", "qwen2", 4));
+  ASSERT_NE(m, nullptr);
+  DenseAttention attn({}, {}, DenseAttention::CausalMask(2));
+  EXPECT_EQ(m->Forward(Ids({1, 999}), Ids({0, 1}), Ids({1}), attn).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->Forward(Ids({1, 2}), Ids({0, -1}), Ids({1}), attn).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->Forward(Ids({1, 2}), Ids({0, 1}), Ids({2}), attn).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->Forward(Ids({1, 2}), Ids({0}), Ids({0}), attn).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Rewrites DIR/model.safetensors through `edit`, which may drop or change tensors.
+void RewriteWeights(const std::string& dir,
+                    const std::function<void(std::vector<TensorToWrite>*)>& edit) {
+  const std::string path = dir + "/model.safetensors";
+  std::vector<TensorToWrite> tensors;
+  std::vector<std::vector<char>> storage;
+  {
+    auto file = SafetensorsFile::Open(path);
+    ASSERT_TRUE(file.ok());
+    for (const TensorInfo& t : (*file)->tensors()) {
+      const char* data = static_cast<const char*>((*file)->Data(t));
+      storage.emplace_back(data, data + t.size);
+    }
+    for (size_t i = 0; i < (*file)->tensors().size(); ++i) {
+      const TensorInfo& t = (*file)->tensors()[i];
+      tensors.push_back({t.name, t.dtype, t.shape, storage[i].data()});
+    }
+  }
+  edit(&tensors);
+  ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+}
+
+TEST(ModelTest, LoadErrorsNameFileAndTensor) {
+  struct Case {
+    std::string name;
+    std::function<void(const std::string& dir)> damage;
+    absl::StatusCode code;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"missing config", [](const std::string& d) { fs::remove(d + "/config.json"); },
+       absl::StatusCode::kNotFound, "config.json: cannot open"},
+      {"no weights", [](const std::string& d) { fs::remove(d + "/model.safetensors"); },
+       absl::StatusCode::kNotFound, "no model.safetensors or model.safetensors.index.json"},
+      {"missing tensor",
+       [](const std::string& d) {
+         RewriteWeights(d, [](std::vector<TensorToWrite>* t) {
+           std::erase_if(*t, [](const TensorToWrite& w) {
+             return w.name == "model.layers.1.mlp.up_proj.weight";
+           });
+         });
+       },
+       absl::StatusCode::kNotFound, "tensor 'model.layers.1.mlp.up_proj.weight' is missing"},
+      {"wrong shape",
+       [](const std::string& d) {
+         RewriteWeights(d, [](std::vector<TensorToWrite>* t) {
+           for (auto& w : *t) {
+             if (w.name == "model.norm.weight") w.shape = {32, 2};
+           }
+         });
+       },
+       absl::StatusCode::kInvalidArgument, "tensor 'model.norm.weight' has shape [32, 2]"},
+      {"truncated", [](const std::string& d) { fs::resize_file(d + "/model.safetensors", 100); },
+       absl::StatusCode::kDataLoss, "model.safetensors: "},
+      {"vocab mismatch",
+       [](const std::string& d) {
+         std::ifstream in(d + "/config.json");
+         nlohmann::json c = nlohmann::json::parse(in);
+         c["vocab_size"] = 200;
+         std::ofstream(d + "/config.json") << c.dump();
+       },
+       absl::StatusCode::kInvalidArgument, "tokenizer and model do not match"},
+      {"unknown architecture",
+       [](const std::string& d) {
+         std::ifstream in(d + "/config.json");
+         nlohmann::json c = nlohmann::json::parse(in);
+         c["architectures"] = {"BertModel"};
+         std::ofstream(d + "/config.json") << c.dump();
+       },
+       absl::StatusCode::kUnimplemented, "unknown architecture 'BertModel'"},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = MakeTiny("damaged", "qwen2", 5);
+    c.damage(dir);
+    auto m = Model::Load(dir);
+    ASSERT_FALSE(m.ok()) << c.name;
+    EXPECT_EQ(m.status().code(), c.code) << c.name << ": " << m.status();
+    EXPECT_NE(m.status().message().find(c.message_part), std::string::npos)
+        << c.name << ": " << m.status();
+  }
+  const std::string dir = MakeTiny("options", "qwen2", 6);
+  EXPECT_EQ(Model::Load(dir, {.dtype = "int8"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Model::Load(dir, {.device = "tpu"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(Model::Load(dir, {.device = "cuda"}).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+}  // namespace
+}  // namespace gpeserve::model
