@@ -9,5 +9,6 @@ int DetokenizeCommand(int argc, char** argv, int first);
 int TrainTokenizerCommand(int argc, char** argv, int first);
 int MakeModelCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
+int BenchForwardCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

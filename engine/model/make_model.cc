@@ -156,16 +156,21 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
 }
 
 absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
-  if (o.tokenizer_dir.empty()) {
-    return absl::InvalidArgumentError("a tokenizer folder is required (--tokenizer DIR)");
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (!o.tokenizer_dir.empty()) {
+    auto loaded = tokenizer::Tokenizer::Load(o.tokenizer_dir);
+    if (!loaded.ok()) return loaded.status();
+    tok = *std::move(loaded);
   }
-  auto tok = tokenizer::Tokenizer::Load(o.tokenizer_dir);
-  if (!tok.ok()) return tok.status();
-  auto config = MakeConfig(o, (*tok)->vocab_size());
+  auto config = MakeConfig(o, tok ? tok->vocab_size() : 0);
   if (!config.ok()) return config.status();
   ModelConfig& c = *config;
-  if (auto eos = (*tok)->eos_id()) c.eos_token_ids = {*eos};
-  if (auto bos = (*tok)->bos_id()) c.bos_token_id = *bos;
+  if (c.vocab_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("preset '", o.preset, "' takes its vocabulary from a tokenizer folder"));
+  }
+  if (tok && tok->eos_id()) c.eos_token_ids = {*tok->eos_id()};
+  if (tok && tok->bos_id()) c.bos_token_id = *tok->bos_id();
 
   std::error_code error;
   std::filesystem::create_directories(out_dir, error);
@@ -228,6 +233,7 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
     return s;
   }
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (o.tokenizer_dir.empty()) break;
     const std::filesystem::path from = std::filesystem::path(o.tokenizer_dir) / name;
     if (!std::filesystem::exists(from)) continue;
     std::filesystem::copy_file(from, dir / name, std::filesystem::copy_options::overwrite_existing,
