@@ -75,7 +75,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
     model::MakeModelOptions o;
     o.arch = *args.Get("arch");
     o.preset = *preset;
-    o.dtype = *args.Get("dtype") == "fp32" ? model::DType::kF32
+    o.dtype = *args.Get("dtype") == "fp32"   ? model::DType::kF32
               : *args.Get("dtype") == "fp16" ? model::DType::kF16
                                              : model::DType::kBF16;
     std::cerr << "gpe: writing a random " << *preset << " model to " << temp << "\n";
@@ -102,12 +102,15 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   const int64_t decode_bytes =
       m.weight_bytes() - (c.tie_word_embeddings ? 0 : embed_bytes - c.hidden_size * elem);
 
-  // Copy bandwidth with the same threads: 2 x bytes moved per copy.
-  const int64_t copy_bytes = std::max<int64_t>(decode_bytes, int64_t{256} << 20);
-  torch::Tensor src = torch::ones({copy_bytes / 4}, torch::kFloat32);
+  // Memory bandwidth with the same threads, on a buffer as large as the weights: copy (bytes
+  // read + bytes written, as STREAM counts it) and read-only (a sum).
+  const int64_t buffer_bytes = std::max<int64_t>(decode_bytes, int64_t{256} << 20);
+  torch::Tensor src = torch::ones({buffer_bytes / 4}, torch::kFloat32);
   torch::Tensor dst = torch::empty_like(src);
   const double copy_s = MedianSeconds(5, [&] { dst.copy_(src); });
-  const double bandwidth = 2.0 * copy_bytes / copy_s;
+  const double bandwidth = 2.0 * buffer_bytes / copy_s;
+  const double read_s = MedianSeconds(5, [&] { src.sum().item<float>(); });
+  const double read_bandwidth = buffer_bytes / read_s;
   src = dst = torch::Tensor();
 
   // Decode: one token attending to `context` cached keys per layer.
@@ -128,25 +131,29 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   const torch::Tensor tokens = torch::randint(c.vocab_size, {prefill}, torch::kInt64);
   const double prefill_s = MedianSeconds(std::max(1, runs / 5), [&] {
     model::DenseAttention attn({}, {}, model::DenseAttention::CausalMask(prefill));
-    ok &= m.Forward(tokens, torch::arange(prefill), torch::tensor({int64_t{prefill - 1}}), attn)
-              .ok();
+    ok &=
+        m.Forward(tokens, torch::arange(prefill), torch::tensor({int64_t{prefill - 1}}), attn).ok();
   });
   if (!ok) {
     std::cerr << "gpe: a forward pass failed\n";
     return 1;
   }
   const double roofline_s = decode_bytes / bandwidth;
+  const double read_roofline_s = decode_bytes / read_bandwidth;
   std::cout << absl::StrFormat(
       "model        %s %s, %d layers, hidden %d, vocab %d, dtype %s, %d threads\n"
       "weights      %.1f MB read per decode step\n"
-      "copy         %.2f GB/s (measured now)\n"
-      "decode       %.2f ms per token (context %d): %.2f GB/s of weights\n"
-      "roofline     %.2f ms per token => decode at %.0f%% of the roofline\n"
+      "copy         %.2f GB/s (read + written, measured now)\n"
+      "read         %.2f GB/s (read-only sum, measured now)\n"
+      "decode       %.2f ms per token (context %d): weights streamed at %.2f GB/s\n"
+      "roofline     %.2f ms per token (copy bandwidth) => decode at %.0f%% of it\n"
+      "             %.2f ms per token (read bandwidth) => decode at %.0f%% of it\n"
       "prefill      %.1f ms for %d tokens: %.0f tokens/s\n",
       c.architecture_name, args.Get("preset").value_or(dir), c.num_layers, c.hidden_size,
       c.vocab_size, *args.Get("dtype"), torch::get_num_threads(), decode_bytes / 1e6,
-      bandwidth / 1e9, decode_s * 1e3, context, decode_bytes / decode_s / 1e9, roofline_s * 1e3,
-      100.0 * roofline_s / decode_s, prefill_s * 1e3, prefill, prefill / prefill_s);
+      bandwidth / 1e9, read_bandwidth / 1e9, decode_s * 1e3, context, decode_bytes / decode_s / 1e9,
+      roofline_s * 1e3, 100.0 * roofline_s / decode_s, read_roofline_s * 1e3,
+      100.0 * read_roofline_s / decode_s, prefill_s * 1e3, prefill, prefill / prefill_s);
   return 0;
 }
 

@@ -43,6 +43,10 @@ CASES = [
     ("mistral", ["--arch", "mistral"], "fp32", TOKENS, None, None),
     ("mistral-batch-mixed", ["--arch", "mistral"], "fp32", TOKENS, None, [2, 7]),
     ("qwen2-bf16", ["--arch", "qwen2", "--dtype", "bf16"], "bf16", TOKENS, None, None),
+    # One token: the decode path (matrix-vector products, AVX512-BF16 kernel where available).
+    ("qwen2-bf16-one-token", ["--arch", "qwen2", "--dtype", "bf16"], "bf16", [42], None, None),
+    ("llama-fp32-one-token", ["--arch", "llama", "--attention_bias", "true"], "fp32", [42], [7],
+     None),
     ("llama-bf16-stored-fp32-served", ["--arch", "llama", "--dtype", "bf16"], "fp32", TOKENS,
      None, None),
 ]
