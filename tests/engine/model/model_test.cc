@@ -171,6 +171,47 @@ void RewriteWeights(const std::string& dir,
   ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
 }
 
+TEST(ModelTest, ShardedCheckpointEqualsSingleFile) {
+  const std::string dir = MakeTiny("sharded", "llama", 7);
+  auto single = LoadOrDie(dir);
+  ASSERT_NE(single, nullptr);
+  DenseAttention a({}, {}, DenseAttention::CausalMask(3));
+  const torch::Tensor expected = *single->Forward(Ids({4, 5, 6}), torch::arange(3),
+                                                  torch::arange(3), a);
+  single.reset();
+  // Split the tensors over two shards and describe them in an index.
+  std::vector<TensorToWrite> tensors;
+  std::vector<std::vector<char>> storage;
+  {
+    auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok());
+    for (const TensorInfo& t : (*file)->tensors()) {
+      const char* data = static_cast<const char*>((*file)->Data(t));
+      storage.emplace_back(data, data + t.size);
+    }
+    for (size_t i = 0; i < (*file)->tensors().size(); ++i) {
+      const TensorInfo& t = (*file)->tensors()[i];
+      tensors.push_back({t.name, t.dtype, t.shape, storage[i].data()});
+    }
+  }
+  const size_t half = tensors.size() / 2;
+  const std::vector<TensorToWrite> first(tensors.begin(), tensors.begin() + half),
+      second(tensors.begin() + half, tensors.end());
+  ASSERT_TRUE(WriteSafetensors(dir + "/model-00001-of-00002.safetensors", first).ok());
+  ASSERT_TRUE(WriteSafetensors(dir + "/model-00002-of-00002.safetensors", second).ok());
+  nlohmann::json index = {{"metadata", nlohmann::json::object()},
+                          {"weight_map", nlohmann::json::object()}};
+  for (const auto& t : first) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& t : second) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  fs::remove(dir + "/model.safetensors");
+  auto sharded = LoadOrDie(dir);
+  ASSERT_NE(sharded, nullptr);
+  DenseAttention b({}, {}, DenseAttention::CausalMask(3));
+  EXPECT_TRUE(torch::equal(
+      *sharded->Forward(Ids({4, 5, 6}), torch::arange(3), torch::arange(3), b), expected));
+}
+
 TEST(ModelTest, LoadErrorsNameFileAndTensor) {
   struct Case {
     std::string name;
