@@ -176,8 +176,8 @@ TEST(ModelTest, ShardedCheckpointEqualsSingleFile) {
   auto single = LoadOrDie(dir);
   ASSERT_NE(single, nullptr);
   DenseAttention a({}, {}, DenseAttention::CausalMask(3));
-  const torch::Tensor expected = *single->Forward(Ids({4, 5, 6}), torch::arange(3),
-                                                  torch::arange(3), a);
+  const torch::Tensor expected =
+      *single->Forward(Ids({4, 5, 6}), torch::arange(3), torch::arange(3), a);
   single.reset();
   // Split the tensors over two shards and describe them in an index.
   std::vector<TensorToWrite> tensors;
@@ -208,8 +208,8 @@ TEST(ModelTest, ShardedCheckpointEqualsSingleFile) {
   auto sharded = LoadOrDie(dir);
   ASSERT_NE(sharded, nullptr);
   DenseAttention b({}, {}, DenseAttention::CausalMask(3));
-  EXPECT_TRUE(torch::equal(
-      *sharded->Forward(Ids({4, 5, 6}), torch::arange(3), torch::arange(3), b), expected));
+  EXPECT_TRUE(torch::equal(*sharded->Forward(Ids({4, 5, 6}), torch::arange(3), torch::arange(3), b),
+                           expected));
 }
 
 TEST(ModelTest, LoadErrorsNameFileAndTensor) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace gpeserve::tokenizer {
@@ -28,7 +29,7 @@ std::string Render(const std::vector<TextSegment>& segments) {
   std::string out;
   for (const auto& s : segments) {
     if (!out.empty()) out += "|";
-    out += s.token_id >= 0 ? "<" + std::to_string(s.token_id) + ">" : std::string(s.text);
+    out += s.token_id >= 0 ? absl::StrCat("<", s.token_id, ">") : std::string(s.text);
   }
   return out;
 }

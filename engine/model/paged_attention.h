@@ -1,0 +1,47 @@
+// Attention over the paged KV cache: the AttentionContext the engine uses. A forward batch is
+// a sequence of segments (one session's read chunk or write tokens each); every token of a
+// segment sees the segment's context (cached keys chosen by the caller, e.g. the source group
+// for a read, source then target group for a write) and the segment's own tokens causally.
+// The new K/V are written into the pool at the caller's slots before attention, so a later
+// forward sees them through the block tables.
+//
+// Thread-safety: one instance per forward call, on the engine thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv/kv_pool.h"
+#include "engine/model/attention.h"
+
+namespace gpeserve::model {
+
+struct AttentionSegment {
+  int64_t begin = 0;                   // first row of the segment in the batch
+  int64_t length = 0;                  // rows
+  std::vector<int64_t> context_slots;  // cached keys every row sees, in key order
+  std::vector<int64_t> new_slots;      // where the rows' K/V go (length entries)
+};
+
+class PagedAttention : public AttentionContext {
+ public:
+  // REQUIRES: segments cover the batch rows in order, without gaps.
+  PagedAttention(kv::KvPool& pool, const std::vector<AttentionSegment>& segments);
+
+  torch::Tensor Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
+
+ private:
+  struct Prepared {
+    int64_t begin, length;
+    torch::Tensor key_slots;  // context then new slots, on the pool's device
+    torch::Tensor allowed;    // [length, context + length]
+  };
+  kv::KvPool& pool_;
+  torch::Tensor new_slots_;  // all rows' slots in row order
+  std::vector<Prepared> segments_;
+};
+
+}  // namespace gpeserve::model
