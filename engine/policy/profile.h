@@ -1,0 +1,43 @@
+// A prompt profile (docs/GPE.md section 2): the strings that frame a streaming session for a
+// model family's chat format, whether words after the first get a leading space, and phi, the
+// first position id of the target group. Built-in profiles are JSON files compiled into the
+// binary (engine/policy/profiles/); a profile can also be read from a JSON file.
+//
+// Thread-safety: plain value type; the loaders are pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace gpeserve::policy {
+
+struct Profile {
+  std::string name;
+  std::string description;
+  std::string instruction;  // the task text substituted for {instruction}
+  std::string instruct;     // system/instruction segment, may contain {instruction}
+  std::string user;         // start of the user turn
+  std::string assistant;    // start of the assistant turn (the target header)
+  std::string end;          // end of a turn (source segment n+1)
+  bool add_space = true;    // words after the first get a leading " "
+  int64_t phi = 0;          // first position id of the target group
+
+  // Source segment 0: instruct (with the instruction filled in) + user.
+  std::string Prefix() const;
+  // The same profile with another instruction.
+  Profile WithInstruction(std::string text) const;
+
+  static absl::StatusOr<Profile> FromJson(const nlohmann::json& json, const std::string& origin);
+};
+
+// Names of the built-in profiles: qwen2.5, llama3, gemma2, phi3.
+std::vector<std::string> BuiltinProfileNames();
+// A built-in profile by name, or a JSON file by path (anything containing '/' or ending in
+// ".json"). Errors name the profile or file and the field.
+absl::StatusOr<Profile> LoadProfile(const std::string& name_or_path);
+
+}  // namespace gpeserve::policy

@@ -1,0 +1,55 @@
+#include "engine/policy/profile.h"
+
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace gpeserve::policy {
+namespace {
+
+TEST(ProfileTest, BuiltinsLoadAndBuildThePrefix) {
+  EXPECT_EQ(BuiltinProfileNames(),
+            (std::vector<std::string>{"gemma2", "llama3", "phi3", "qwen2.5"}));
+  for (const std::string& name : BuiltinProfileNames()) {
+    auto p = LoadProfile(name);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->name, name);
+    EXPECT_FALSE(p->assistant.empty());
+    EXPECT_FALSE(p->end.empty());
+    EXPECT_EQ(p->Prefix().find("{instruction}"), std::string::npos);
+  }
+  auto qwen = LoadProfile("qwen2.5");
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(qwen->WithInstruction("Translate the following English paragraph to French").Prefix(),
+            "<|im_start|>system\nTranslate the following English paragraph to French"
+            "<|im_end|>\n<|im_start|>user\n");  // docs/GPE.md section 2
+  EXPECT_EQ(qwen->assistant, "<|im_start|>assistant\n");
+  EXPECT_EQ(qwen->end, "<|im_end|>\n");
+  EXPECT_TRUE(qwen->add_space);
+  EXPECT_EQ(qwen->phi, 0);
+}
+
+TEST(ProfileTest, FilesAndErrors) {
+  const std::string path = ::testing::TempDir() + "/profile_test.json";
+  std::ofstream(path) << R"({"name": "mine", "instruct": "S:{instruction}|", "instruction": "x",
+                             "user": "U:", "assistant": "A:", "end": "E", "add_space": false,
+                             "phi": 7})";
+  auto p = LoadProfile(path);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->Prefix(), "S:x|U:");
+  EXPECT_FALSE(p->add_space);
+  EXPECT_EQ(p->phi, 7);
+
+  EXPECT_EQ(LoadProfile("nonsense").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(LoadProfile("nonsense").status().message().find("qwen2.5"), std::string::npos);
+  EXPECT_EQ(LoadProfile("/no/such/profile.json").status().code(), absl::StatusCode::kNotFound);
+  std::ofstream(path) << R"({"assistant": "A", "end": "E", "phi": -1})";
+  EXPECT_NE(LoadProfile(path).status().message().find("phi: expected a non-negative integer"),
+            std::string::npos);
+  std::ofstream(path) << R"({"assistant": "A"})";
+  EXPECT_NE(LoadProfile(path).status().message().find("end: missing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpeserve::policy
