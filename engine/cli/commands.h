@@ -10,5 +10,6 @@ int TrainTokenizerCommand(int argc, char** argv, int first);
 int MakeModelCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
+int ScoreCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

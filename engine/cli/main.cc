@@ -16,7 +16,8 @@ constexpr char kUsage[] =
     "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n"
     "  make-model   write a random-weight Hugging Face model folder\n"
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
-    "  bench-forward  time decode and prefill against the memory roofline\n";
+    "  bench-forward  time decode and prefill against the memory roofline\n"
+    "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n";
 
 }  // namespace
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
+  if (command == "score") return gpeserve::cli::ScoreCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }
