@@ -11,5 +11,6 @@ int MakeModelCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int ScoreCommand(int argc, char** argv, int first);
+int EvalCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

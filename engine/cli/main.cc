@@ -17,7 +17,8 @@ constexpr char kUsage[] =
     "  make-model   write a random-weight Hugging Face model folder\n"
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
     "  bench-forward  time decode and prefill against the memory roofline\n"
-    "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n";
+    "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n"
+    "  eval         run a data set through streaming sessions: BLEU, AL, LAAL\n";
 
 }  // namespace
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
   if (command == "score") return gpeserve::cli::ScoreCommand(argc, argv, 2);
+  if (command == "eval") return gpeserve::cli::EvalCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

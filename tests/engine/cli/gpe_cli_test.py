@@ -63,7 +63,42 @@ def main():
     rc, out, _ = run([gpe, "detokenize", "--clean_up_spaces", "maybe"] + model, b"[1]\n")
     check("bad flag value exits 2", rc == 2, rc)
 
-    for command in ("tokenize", "detokenize", "train-tokenizer"):
+    # gpe eval on a random-weight model folder: streaming and batch both run end to end.
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = os.path.join(tmp, "model")
+        rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", model_dir,
+                          "--init_std", "0.3"])
+        check("make-model", rc == 0, err)
+        data = os.path.join(tmp, "data.json")
+        with open(data, "w") as f:
+            json.dump([{"en": "the dog sees the cat", "de": "der Hund sieht die Katze"},
+                       {"en": "hello", "de": "hallo"}], f)
+        for mode in ("streaming", "batch"):
+            results = os.path.join(tmp, f"{mode}.jsonl")
+            rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--mode", mode,
+                                "--wait_k", "2", "--max_new_tokens", "8", "--threads", "1",
+                                "--out", results])
+            check(f"eval {mode} exits 0", rc == 0, err)
+            check(f"eval {mode} prints BLEU and latency",
+                  out.startswith("BLEU = ") and "signature: nrefs:1|" in out and "AL = " in out,
+                  out)
+            lines = [json.loads(l) for l in open(results)] if rc == 0 else []
+            check(f"eval {mode} writes one line per sentence", len(lines) == 2, lines)
+            for line in lines:
+                check(f"eval {mode} line fields",
+                      set(line) >= {"source", "reference", "output", "output_ids", "delays",
+                                    "forward_tokens", "reason"} and
+                      0 < len(line["output_ids"]) <= 8, line)
+        rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",
+                          "interleaved"])
+        check("unimplemented paradigm exits 2", rc == 2 and "not implemented" in err, err)
+        rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
+        check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
+
+    for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "logits",
+                    "bench-forward", "score", "eval"):
         rc, out, _ = run([gpe, command, "--help"])
         check(f"{command} --help", rc == 0 and "usage: gpe " + command in out, out)
     rc, out, _ = run([gpe, "--help"])
