@@ -16,7 +16,7 @@
 #include "engine/cli/commands.h"
 #include "engine/eval/bleu.h"
 #include "engine/eval/latency.h"
-#include "engine/session/stream_session.h"
+#include "engine/session/runner.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
@@ -48,8 +48,10 @@ int EvalCommand(int argc, char** argv, int first) {
             "Runs every item of a data set (a JSON array of objects with source and target\n"
             "strings) through a session, one at a time, and prints corpus BLEU (sacreBLEU\n"
             "defaults), AL and LAAL (in source units: words + the end segment), tokens per\n"
-            "sentence and wall time per sentence. Paradigms: gpe; --mode batch reads the whole\n"
-            "source first and uses plain causal positions.");
+            "sentence and wall time per sentence. Paradigms (docs/GPE.md): gpe (group\n"
+            "positions), reencode (batch-streaming: re-encode the target after each read),\n"
+            "interleaved (one chronological sequence); --mode batch reads the whole source\n"
+            "first and uses plain causal positions.");
   args.AddString("model", "DIR", "model folder");
   args.AddString("profile", "NAME|FILE", "prompt profile", "qwen2.5");
   args.AddString("instruction", "TEXT", "override the profile's instruction");
@@ -57,7 +59,7 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("source_key", "KEY", "source field", "en");
   args.AddString("target_key", "KEY", "reference field", "de");
   args.AddString("mode", "streaming|batch", "streaming (wait-k) or batch (offline)", "streaming");
-  args.AddString("paradigm", "gpe", "streaming paradigm", "gpe");
+  args.AddString("paradigm", "gpe|reencode|interleaved", "streaming paradigm", "gpe");
   args.AddString("wait_k", "K", "source units read before the first write", "3");
   args.AddString("split", "word|token", "source unit", "word");
   args.AddString("phi", "N", "first target position id (default: the profile's)");
@@ -98,8 +100,9 @@ int EvalCommand(int argc, char** argv, int first) {
   }
   const std::string mode = *args.Get("mode"), paradigm = *args.Get("paradigm");
   if (mode != "streaming" && mode != "batch") return Fail("--mode takes streaming or batch", 2);
-  if (paradigm != "gpe") {
-    return Fail("--paradigm '" + paradigm + "' is not implemented yet (available: gpe)", 2);
+  auto parsed_paradigm = session::ParseParadigm(paradigm);
+  if (!parsed_paradigm.ok() || *parsed_paradigm == session::Paradigm::kBatch) {
+    return Fail("--paradigm takes gpe, reencode or interleaved (for batch: --mode batch)", 2);
   }
   const std::string split = *args.Get("split");
   if (split != "word" && split != "token") return Fail("--split takes word or token", 2);
@@ -113,7 +116,7 @@ int EvalCommand(int argc, char** argv, int first) {
   options.policy.wait_k = wait_k;
   options.policy.max_new_tokens = max_new;
   options.policy.split = split == "token" ? policy::SplitMode::kToken : policy::SplitMode::kWord;
-  options.paradigm = mode == "batch" ? session::Paradigm::kBatch : session::Paradigm::kGpe;
+  options.paradigm = mode == "batch" ? session::Paradigm::kBatch : *parsed_paradigm;
 
   std::ifstream data_in(*args.Get("data"));
   if (!data_in) return Fail(*args.Get("data") + ": cannot open file");
@@ -159,9 +162,9 @@ int EvalCommand(int argc, char** argv, int first) {
     const std::string reference = data[i][target_key].get<std::string>();
     const std::vector<std::string> words = absl::StrSplit(source, ' ', absl::SkipWhitespace());
     const auto start = std::chrono::steady_clock::now();
-    auto session = session::StreamSession::Create(*model, options, words);
+    auto session = session::CreateOfflineSession(**model, options, words);
     if (!session.ok()) return Fail(absl::StrFormat("item %d: %s", i, session.status().message()));
-    auto result = (*session)->RunToCompletion(*pool, allocator);
+    auto result = session::RunToCompletion(**model, **session, *pool, allocator);
     if (!result.ok()) return Fail(absl::StrFormat("item %d: %s", i, result.status().message()));
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::vector<std::string> target_words =
@@ -171,9 +174,9 @@ int EvalCommand(int argc, char** argv, int first) {
     const double y = static_cast<double>(target_words.size());
     al_sum += eval::AverageLagging(delays, x, y);
     laal_sum += eval::LengthAdaptiveAverageLagging(delays, x, y);
-    source_tokens += result->source_tokens;
+    source_tokens += result->counters.source_tokens;
     target_tokens += static_cast<int64_t>(result->output.size());
-    forward_tokens += result->forward_tokens;
+    forward_tokens += result->counters.forward_tokens;
     hyps.push_back(result->text);
     refs.push_back(reference);
     if (out.is_open()) {
@@ -182,7 +185,7 @@ int EvalCommand(int argc, char** argv, int first) {
                             {"output", result->text},
                             {"output_ids", result->output},
                             {"delays", result->delays},
-                            {"forward_tokens", result->forward_tokens},
+                            {"forward_tokens", result->counters.forward_tokens},
                             {"reason", ReasonName(result->reason)}}
                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
           << "\n";

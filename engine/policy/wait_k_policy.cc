@@ -64,6 +64,7 @@ void WaitKPolicy::OnRead() {
 }
 
 bool WaitKPolicy::IsEos(int32_t token) const {
+  if (config_.ignore_eos) return false;
   if (eos_ids_.contains(token)) return true;
   if (end_text_.empty()) return false;
   const std::string text =

@@ -31,6 +31,7 @@ struct PolicyConfig {
   int max_new_tokens = 1024;           // target tokens in all
   int max_lag_words = 100;             // once the source is complete: target words allowed
                                        // beyond the number of source words
+  bool ignore_eos = false;             // never stop at end-of-sequence (benchmarks)
 };
 
 // Why a session ended.

@@ -1,133 +1,346 @@
 #include "engine/session/stream_session.h"
 
+#include <algorithm>
+#include <set>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "engine/model/paged_attention.h"
 
 namespace gpeserve::session {
-namespace {
 
-absl::StatusOr<std::vector<int32_t>> Tokenize(const tokenizer::Tokenizer& tok,
-                                              const std::string& text) {
-  return tok.Encode(text, {.add_special_tokens = false});
+absl::StatusOr<Paradigm> ParseParadigm(std::string_view name) {
+  if (name == "gpe") return Paradigm::kGpe;
+  if (name == "reencode") return Paradigm::kReencode;
+  if (name == "interleaved") return Paradigm::kInterleaved;
+  if (name == "batch") return Paradigm::kBatch;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown paradigm '", std::string(name), "' (available: gpe, reencode, interleaved, batch)"));
 }
 
-}  // namespace
+std::string_view ParadigmName(Paradigm paradigm) {
+  switch (paradigm) {
+    case Paradigm::kGpe:
+      return "gpe";
+    case Paradigm::kReencode:
+      return "reencode";
+    case Paradigm::kInterleaved:
+      return "interleaved";
+    case Paradigm::kBatch:
+      return "batch";
+  }
+  return "gpe";
+}
 
 absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
-    std::shared_ptr<const model::Model> model, const SessionOptions& options,
-    const std::vector<std::string>& words) {
-  if (model->tokenizer() == nullptr) {
-    return absl::FailedPreconditionError("the model folder has no tokenizer.json");
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer, std::span<const int64_t> eos_ids,
+    const SessionOptions& options) {
+  if (tokenizer == nullptr) return absl::FailedPreconditionError("the model has no tokenizer");
+  if (options.policy.wait_k < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait_k must be at least 1, got ", options.policy.wait_k));
   }
-  const tokenizer::Tokenizer& tok = *model->tokenizer();
   std::unique_ptr<StreamSession> s(new StreamSession());
-  s->model_ = std::move(model);
+  s->tokenizer_ = std::move(tokenizer);
   s->options_ = options;
+  const tokenizer::Tokenizer& tok = *s->tokenizer_;
   const policy::Profile& profile = options.profile;
-
-  auto prefix = Tokenize(tok, profile.Prefix());
+  auto prefix = tok.Encode(profile.Prefix(), {.add_special_tokens = false});
   if (!prefix.ok()) return prefix.status();
   s->segments_.push_back(*std::move(prefix));
-  for (size_t i = 0; i < words.size(); ++i) {
-    auto ids = Tokenize(tok, (i > 0 && profile.add_space ? " " : "") + words[i]);
-    if (!ids.ok()) return ids.status();
-    if (options.policy.split == policy::SplitMode::kToken) {
-      for (int32_t id : *ids) s->segments_.push_back({id});
-    } else if (!ids->empty()) {
-      s->segments_.push_back(*std::move(ids));
-    }
-  }
-  auto end = Tokenize(tok, profile.end);
-  if (!end.ok()) return end.status();
-  s->segments_.push_back(*std::move(end));
-  auto header = Tokenize(tok, profile.assistant);
+  auto header = tok.Encode(profile.assistant, {.add_special_tokens = false});
   if (!header.ok()) return header.status();
   if (header->empty()) return absl::InvalidArgumentError("the profile's assistant header is empty");
+  auto end = tok.Encode(profile.end, {.add_special_tokens = false});
+  if (!end.ok()) return end.status();
+  s->end_tokens_ = *std::move(end);
 
   std::set<int32_t> eos;
-  for (int64_t id : s->model_->config().eos_token_ids) eos.insert(static_cast<int32_t>(id));
+  for (int64_t id : eos_ids) eos.insert(static_cast<int32_t>(id));
   if (auto id = tok.eos_id()) eos.insert(*id);
   policy::PolicyConfig config = options.policy;
   if (options.paradigm == Paradigm::kBatch) config.wait_k = 1 << 30;  // the whole source first
   s->policy_ = std::make_unique<policy::WaitKPolicy>(config, tok, *std::move(header),
                                                      std::move(eos), profile.end);
-  for (size_t unit = 1; unit + 1 < s->segments_.size(); ++unit) s->policy_->AddSourceUnit();
-  s->policy_->EndSource();
   return s;
 }
 
-absl::StatusOr<torch::Tensor> StreamSession::Run(const std::vector<int32_t>& tokens,
-                                                 const std::vector<int64_t>& positions,
-                                                 std::vector<int64_t> context,
-                                                 kv::BlockTable& table, bool want_logits,
-                                                 kv::KvPool& pool, kv::BlockAllocator& allocator) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t before = table.num_tokens();
-  if (absl::Status s = table.Append(n, allocator); !s.ok()) return s;
-  model::AttentionSegment segment{0, n, std::move(context),
-                                  table.Slots(before, before + n, allocator.block_size())};
-  model::PagedAttention attention(pool, {segment});
-  std::vector<int64_t> ids(tokens.begin(), tokens.end());
-  forward_tokens_ += n;
-  return model_->Forward(torch::tensor(ids, torch::kInt64), torch::tensor(positions),
-                         want_logits ? torch::tensor({n - 1}) : torch::empty({0}, torch::kInt64),
-                         attention);
+absl::Status StreamSession::AddWords(std::span<const std::string> words) {
+  if (ended_) return absl::FailedPreconditionError("source words after the end of the source");
+  for (const std::string& word : words) {
+    if (word.empty()) return absl::InvalidArgumentError("empty source word");
+  }
+  for (const std::string& word : words) {
+    auto ids = tokenizer_->Encode(words_ > 0 && options_.profile.add_space ? " " + word : word,
+                                  {.add_special_tokens = false});
+    if (!ids.ok()) return ids.status();
+    ++words_;
+    if (options_.policy.split == policy::SplitMode::kToken) {
+      for (int32_t id : *ids) AddUnit({id});
+    } else {
+      AddUnit(*std::move(ids));
+    }
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<SessionResult> StreamSession::RunToCompletion(kv::KvPool& pool,
-                                                             kv::BlockAllocator& allocator) {
-  const int bs = allocator.block_size();
-  absl::Status status;
-  for (int step = 0; status.ok(); ++step) {
-    const policy::WaitKPolicy::Action action = policy_->Next();
-    if (action.step == policy::WaitKPolicy::Step::kDone) break;
-    if (action.step == policy::WaitKPolicy::Step::kWait) {
-      status = absl::InternalError("offline session waiting for source it already has");
-      break;
+void StreamSession::AddUnit(std::vector<int32_t> tokens) {
+  segments_.push_back(std::move(tokens));
+  policy_->AddSourceUnit();
+}
+
+void StreamSession::EndSource() {
+  if (ended_) return;
+  ended_ = true;
+  segments_.push_back(end_tokens_);
+  policy_->EndSource();
+}
+
+StreamSession::Feed StreamSession::NextFeed() const {
+  Feed feed;
+  const policy::WaitKPolicy::Action action = policy_->Next();
+  if (action.step == policy::WaitKPolicy::Step::kRead) {
+    feed.active = true;
+    feed.unit = action.unit;
+    feed.tokens = segments_[action.unit];
+  } else if (action.step == policy::WaitKPolicy::Step::kWrite) {
+    feed.active = true;
+    feed.write = true;
+    feed.to_target = !interleaved();
+    const bool stale = options_.paradigm == Paradigm::kReencode && !target_tokens_.empty() &&
+                       encoded_with_source_ != source_.num_tokens();
+    if (stale) {
+      feed.reencode = true;
+      feed.tokens = target_tokens_;  // header and target so far, at the new positions
     }
-    if (action.step == policy::WaitKPolicy::Step::kRead) {
-      const std::vector<int32_t>& tokens = segments_[action.unit];
-      std::vector<int64_t> positions;
-      for (size_t i = 0; i < tokens.size(); ++i) positions.push_back(source_.num_tokens() + i);
-      if (!tokens.empty()) {
-        auto run = Run(tokens, positions, source_.Slots(0, source_.num_tokens(), bs), source_,
-                       false, pool, allocator);
-        if (!run.ok()) status = run.status();
-      }
-      policy_->OnRead();
-      continue;
-    }
-    // A write: the target group sees the source read so far and the target so far.
-    const int64_t first =
-        options_.paradigm == Paradigm::kGpe ? options_.profile.phi : source_.num_tokens();
-    std::vector<int64_t> positions;
-    for (size_t i = 0; i < action.feed.size(); ++i) {
-      positions.push_back(first + target_.num_tokens() + i);
-    }
-    std::vector<int64_t> context = source_.Slots(0, source_.num_tokens(), bs);
-    const auto target_slots = target_.Slots(0, target_.num_tokens(), bs);
-    context.insert(context.end(), target_slots.begin(), target_slots.end());
-    auto logits = Run(action.feed, positions, std::move(context), target_, true, pool, allocator);
-    if (!logits.ok()) {
-      status = logits.status();
-      break;
-    }
-    const auto token = static_cast<int32_t>(logits->argmax(-1).item<int64_t>());
-    const auto outcome = policy_->OnToken(token);
-    if (outcome.kv_rollback) target_.Truncate(1, allocator);
+    feed.tokens.insert(feed.tokens.end(), action.feed.begin(), action.feed.end());
   }
+  return feed;
+}
+
+StreamSession::State StreamSession::state() const {
+  if (!replay_.empty() || feed_.active) return State::kRunnable;
+  if (NextFeed().active) return State::kRunnable;
+  return policy_->done() ? State::kDone : State::kWaiting;
+}
+
+const StreamSession::Feed* StreamSession::CurrentFeed() const {
+  if (!replay_.empty()) return &replay_.front();
+  return feed_.active ? &feed_ : nullptr;
+}
+
+int64_t StreamSession::RemainingTokens() const {
+  if (const Feed* feed = CurrentFeed()) {
+    return static_cast<int64_t>(feed->tokens.size() - feed->offset);
+  }
+  return static_cast<int64_t>(NextFeed().tokens.size());
+}
+
+int64_t StreamSession::BlocksNeeded(int64_t max_tokens, int block_size) const {
+  const Feed* current = CurrentFeed();
+  const Feed next = current == nullptr ? NextFeed() : Feed{};
+  const Feed& feed = current != nullptr ? *current : next;
+  const int64_t n =
+      std::min<int64_t>(max_tokens, static_cast<int64_t>(feed.tokens.size() - feed.offset));
+  return (feed.to_target ? target_ : source_).BlocksNeeded(n, block_size);
+}
+
+bool StreamSession::NextSamples() const {
+  if (const Feed* feed = CurrentFeed()) return feed->write;
+  return NextFeed().write;
+}
+
+int64_t StreamSession::FreeSlots(int block_size) const {
+  const Feed* current = CurrentFeed();
+  const bool to_target = current != nullptr ? current->to_target : NextFeed().to_target;
+  const kv::BlockTable& table = to_target ? target_ : source_;
+  const int64_t capacity = static_cast<int64_t>(table.blocks().size()) * block_size;
+  return capacity - table.num_tokens();
+}
+
+int64_t StreamSession::blocks_held() const {
+  return static_cast<int64_t>(source_.blocks().size() + target_.blocks().size());
+}
+
+void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
+  const int bs = allocator.block_size();
+  const std::vector<int32_t>& prefix = segments_[0];
+  if (!options_.share_prefix || source_.num_tokens() != 0 || feed.offset != 0 ||
+      feed.tokens.size() < prefix.size() ||
+      !std::equal(prefix.begin(), prefix.end(), feed.tokens.begin())) {
+    return;
+  }
+  if (prefix_hashes_.empty()) {
+    uint64_t hash = 0;
+    for (size_t b = 0; (b + 1) * bs <= prefix.size(); ++b) {
+      std::vector<int64_t> tokens(prefix.begin() + b * bs, prefix.begin() + (b + 1) * bs);
+      hash = kv::BlockAllocator::PrefixHash(hash, tokens);
+      prefix_hashes_.push_back(hash);
+      prefix_block_tokens_.push_back(std::move(tokens));
+    }
+  }
+  for (size_t b = 0; b < prefix_hashes_.size(); ++b) {
+    const std::optional<int32_t> block =
+        allocator.LookupPrefix(prefix_hashes_[b], prefix_block_tokens_[b]);
+    if (!block) break;
+    source_.AppendSharedBlock(*block, bs);
+    source_tokens_.insert(source_tokens_.end(), feed.tokens.begin() + feed.offset,
+                          feed.tokens.begin() + feed.offset + bs);
+    feed.offset += bs;
+    counters_.shared_tokens += bs;
+  }
+}
+
+void StreamSession::RegisterPrefix(kv::BlockAllocator& allocator) {
+  if (!options_.share_prefix) return;
+  const int bs = allocator.block_size();
+  for (size_t b = 0; b < prefix_hashes_.size(); ++b) {
+    if (static_cast<int64_t>((b + 1) * bs) > source_.num_tokens()) break;
+    allocator.RegisterPrefix(prefix_hashes_[b], prefix_block_tokens_[b], source_.blocks()[b]);
+  }
+}
+
+absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocator& allocator) {
+  if (max_tokens < 1) return absl::InvalidArgumentError("a piece of work needs a token budget");
+  Feed* feed = replay_.empty() ? &feed_ : &replay_.front();
+  if (!feed->active) {
+    *feed = NextFeed();
+    if (!feed->active) return absl::FailedPreconditionError("the session has no work now");
+  }
+  const int bs = allocator.block_size();
+  if (!feed->to_target) SharePrefix(*feed, allocator);
+  kv::BlockTable& table = feed->to_target ? target_ : source_;
+  const size_t n = std::min<size_t>(max_tokens, feed->tokens.size() - feed->offset);
+  // A re-encode starts from an empty target group; its blocks come back first.
+  const bool restart = feed->reencode && feed->offset == 0;
+  size_t take = n;
+  // A replay of the target runs in groups that saw the same source.
+  if (!feed->seen.empty()) {
+    while (take > 1 && feed->seen[feed->offset + take - 1] != feed->seen[feed->offset]) --take;
+  }
+  const int64_t needed = (restart ? kv::BlockTable() : table).BlocksNeeded(take, bs);
+  if (needed > allocator.free_blocks() + (restart ? static_cast<int64_t>(target_.blocks().size())
+                                                  : 0)) {
+    return absl::ResourceExhaustedError("not enough free KV blocks");
+  }
+  if (restart) {
+    target_.Release(allocator);
+    target_tokens_.clear();
+    target_seen_.clear();
+  }
+  if (feed->write && feed->offset == 0 && options_.paradigm != Paradigm::kGpe) {
+    encoded_with_source_ = source_.num_tokens();
+  }
+
+  Work work;
+  const int64_t before = table.num_tokens();
+  work.tokens.assign(feed->tokens.begin() + feed->offset, feed->tokens.begin() + feed->offset + take);
+  int64_t base = before;  // reads and the interleaved sequence: position = index
+  if (feed->to_target) {
+    base += options_.paradigm == Paradigm::kGpe ? options_.profile.phi : encoded_with_source_;
+  }
+  for (size_t i = 0; i < take; ++i) work.positions.push_back(base + static_cast<int64_t>(i));
+  const int64_t seen = feed->seen.empty() ? source_.num_tokens() : feed->seen[feed->offset];
+  work.context = source_.Slots(0, feed->to_target ? seen : source_.num_tokens(), bs);
+  if (feed->to_target) {
+    const auto target_slots = target_.Slots(0, target_.num_tokens(), bs);
+    work.context.insert(work.context.end(), target_slots.begin(), target_slots.end());
+  }
+  if (absl::Status s = table.Append(static_cast<int64_t>(take), allocator); !s.ok()) return s;
+  work.slots = table.Slots(before, before + static_cast<int64_t>(take), bs);
+  work.sample = feed->write && feed->offset + take == feed->tokens.size();
+  feed->chunk = take;
+  feed->chunk_seen = seen;
+  return work;
+}
+
+StepResult StreamSession::Complete(std::optional<int32_t> token, kv::BlockAllocator& allocator) {
+  StepResult result;
+  Feed* feed = replay_.empty() ? &feed_ : &replay_.front();
+  const auto begin = feed->tokens.begin() + feed->offset;
+  const auto end = begin + feed->chunk;
+  if (feed->to_target) {
+    target_tokens_.insert(target_tokens_.end(), begin, end);
+    target_seen_.insert(target_seen_.end(), feed->chunk, feed->chunk_seen);
+  } else {
+    source_tokens_.insert(source_tokens_.end(), begin, end);
+  }
+  counters_.forward_tokens += static_cast<int64_t>(feed->chunk);
+  feed->offset += feed->chunk;
+  feed->chunk = 0;
+  if (!feed->to_target) RegisterPrefix(allocator);
+  if (feed->offset < feed->tokens.size()) return result;  // more pieces to come
+
+  if (feed->replay) {
+    replay_.pop_front();
+    return result;
+  }
+  const bool write = feed->write;
+  const int64_t unit = feed->unit;
+  feed_ = Feed{};
+  if (!write) {
+    counters_.source_tokens += static_cast<int64_t>(segments_[unit].size());
+    policy_->OnRead();
+    result.unit_read = true;
+  } else {
+    const policy::WaitKPolicy::TokenOutcome outcome = policy_->OnToken(token.value_or(-1));
+    if (outcome.kv_rollback) {
+      write_table().Truncate(1, allocator);
+      if (interleaved()) {
+        source_tokens_.pop_back();
+      } else {
+        target_tokens_.pop_back();
+        target_seen_.pop_back();
+      }
+    }
+    if (outcome.emitted) result.emitted = token;
+    result.word_complete = outcome.word_complete;
+  }
+  result.done = policy_->done();
+  return result;
+}
+
+void StreamSession::Preempt(kv::BlockAllocator& allocator) {
   source_.Release(allocator);
   target_.Release(allocator);
-  if (!status.ok()) return status;
-  SessionResult result;
-  result.output = policy_->output();
-  result.text = model_->tokenizer()->Decode(result.output, {.skip_special_tokens = true});
-  result.delays = policy_->delays();
-  result.source_units = static_cast<int64_t>(segments_.size()) - 1;
-  for (const auto& segment : segments_) result.source_tokens += segment.size();
-  result.forward_tokens = forward_tokens_;
-  result.reason = policy_->done_reason();
-  return result;
+  // A replay cut short: what it had not restored yet is still to be restored.
+  for (Feed& feed : replay_) {
+    const auto rest = feed.tokens.begin() + static_cast<std::ptrdiff_t>(feed.offset);
+    if (feed.to_target) {
+      target_tokens_.insert(target_tokens_.end(), rest, feed.tokens.end());
+      target_seen_.insert(target_seen_.end(), feed.seen.begin() + feed.offset, feed.seen.end());
+    } else {
+      source_tokens_.insert(source_tokens_.end(), rest, feed.tokens.end());
+    }
+  }
+  replay_.clear();
+  feed_.chunk = 0;
+  ++counters_.preemptions;
+  if (!source_tokens_.empty()) {
+    Feed source;
+    source.active = source.replay = true;
+    source.tokens = std::move(source_tokens_);
+    replay_.push_back(std::move(source));
+  }
+  if (!target_tokens_.empty()) {
+    Feed target;
+    target.active = target.replay = target.to_target = true;
+    target.tokens = std::move(target_tokens_);
+    target.seen = std::move(target_seen_);
+    replay_.push_back(std::move(target));
+  }
+  source_tokens_.clear();
+  target_tokens_.clear();
+  target_seen_.clear();
+}
+
+void StreamSession::Release(kv::BlockAllocator& allocator) {
+  source_.Release(allocator);
+  target_.Release(allocator);
+  replay_.clear();
+  feed_ = Feed{};
+  source_tokens_.clear();
+  target_tokens_.clear();
+  target_seen_.clear();
 }
 
 }  // namespace gpeserve::session

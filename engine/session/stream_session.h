@@ -1,78 +1,199 @@
 // One streaming session over the paged KV cache: the source and target token groups of
 // docs/GPE.md section 2, the wait-k policy, and the positions and attention context of each
-// read and write. The engine (and `gpe eval`) asks it for the next piece of work, runs the
-// model, and hands back the result. RunToCompletion drives a session alone with greedy
-// decoding, for offline evaluation.
+// read and write under the session's paradigm. The session computes nothing itself: the
+// caller (the engine loop, or RunToCompletion for one session alone) asks it for the next
+// piece of work with Prepare(), runs the model on the pieces of many sessions at once, and
+// hands each session back its sampled token with Complete(). Plain C++: no libtorch here.
 //
-// Paradigms implemented: `gpe` (group positions: target j at phi + j, source never sees the
-// target) and `batch` (read the whole source, then generate with plain causal positions
-// S + j). Re-encode and interleaved streaming follow.
+// Paradigms (docs/GPE.md sections 3 and 5):
+//   gpe          source token i at position i, target token j at phi + j; source never sees
+//                the target; nothing is ever recomputed (except the roll-back of GPE.md 4).
+//   reencode     target token j at S + j (S = source tokens read); after each read the target
+//                group is dropped and re-encoded with the new positions.
+//   interleaved  one sequence in arrival order, positions 0, 1, 2, ...; plain causal attention,
+//                so a source token sees the target written before it.
+//   batch        the whole source first, then generation at S + j (offline).
 //
-// Thread-safety: not thread-safe; one instance per session, on the engine thread.
+// Pieces of work may be cut to a token budget (chunked prefill): a read or a multi-token feed
+// runs over several steps and only its last piece samples a token.
+//
+// Prompt-prefix sharing: the full blocks of source segment 0 (identical for every session of a
+// profile and instruction) are looked up by content hash and shared, ref-counted, instead of
+// being computed again; blocks this session computes are registered for others.
+//
+// Preemption by recompute: Preempt() frees every block; the session then replays what it had
+// (source read so far, then the target tokens, each seeing exactly the source it saw before)
+// before it continues, so its output is unchanged.
+//
+// Thread-safety: not thread-safe; one instance per session, used by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
-#include "engine/kv/kv_pool.h"
-#include "engine/model/model.h"
 #include "engine/policy/profile.h"
 #include "engine/policy/wait_k_policy.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace gpeserve::session {
 
-enum class Paradigm { kGpe, kBatch };
+enum class Paradigm { kGpe, kReencode, kInterleaved, kBatch };
+// "gpe", "reencode", "interleaved", "batch".
+absl::StatusOr<Paradigm> ParseParadigm(std::string_view name);
+std::string_view ParadigmName(Paradigm paradigm);
 
 struct SessionOptions {
   policy::Profile profile;
   policy::PolicyConfig policy;
   Paradigm paradigm = Paradigm::kGpe;
+  bool share_prefix = true;  // share the prompt prefix's full blocks with other sessions
 };
 
-struct SessionResult {
-  std::vector<int32_t> output;  // generated target tokens
-  std::string text;             // their text (special tokens skipped)
-  std::vector<int64_t> delays;  // source units read when each target word was complete
-  int64_t source_units = 0;     // |X|: words (or tokens) + 1 for the end segment
-  int64_t source_tokens = 0;    // tokens of all source segments, prompt prefix included
-  int64_t forward_tokens = 0;   // tokens the model computed (re-fed tokens count again)
-  policy::DoneReason reason = policy::DoneReason::kNone;
+// One piece of model work: new tokens at their position ids; every token attends to the cached
+// `context` slots and causally to the tokens before it in `tokens`; their K/V go to `slots`.
+struct Work {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> context;
+  std::vector<int64_t> slots;
+  bool sample = false;  // the last token's logits choose the session's next token
+};
+
+// What a completed piece of work changed, for the caller's events.
+struct StepResult {
+  bool unit_read = false;          // a source unit (or the prefix, or the end) finished
+  std::optional<int32_t> emitted;  // the token joined the output
+  bool word_complete = false;      // a target word ended (a delay was recorded)
+  bool done = false;               // the session is over
+};
+
+// Counters of one session.
+struct SessionCounters {
+  int64_t source_tokens = 0;   // tokens of the source segments read, prompt prefix included
+  int64_t forward_tokens = 0;  // tokens the model computed (re-fed and replayed ones again)
+  int64_t shared_tokens = 0;   // prompt-prefix tokens taken from shared blocks, not computed
+  int64_t preemptions = 0;
 };
 
 class StreamSession {
  public:
-  // `words`: the whole source, split into words (it is cut into tokens in token split mode).
+  // A session with no source yet. `eos_ids`: the model's end-of-sequence ids (the tokenizer's
+  // eos is added). Errors: the profile's strings do not tokenize, or its header is empty.
   static absl::StatusOr<std::unique_ptr<StreamSession>> Create(
-      std::shared_ptr<const model::Model> model, const SessionOptions& options,
-      const std::vector<std::string>& words);
+      std::shared_ptr<const tokenizer::Tokenizer> tokenizer, std::span<const int64_t> eos_ids,
+      const SessionOptions& options);
 
-  // Runs the session to its end alone, greedy, on `pool`/`allocator`; frees its blocks.
-  absl::StatusOr<SessionResult> RunToCompletion(kv::KvPool& pool, kv::BlockAllocator& allocator);
+  // ---- Source (from the client) ----
+  // More source words, in order. In split mode "token" each token is a unit. Words after the
+  // very first get a leading space when the profile says add_space. Error once EndSource ran.
+  absl::Status AddWords(std::span<const std::string> words);
+  // The source is complete: the end segment follows the words so far.
+  void EndSource();
 
-  // Source segments as tokens: prompt prefix, units, end segment.
+  // ---- Work ----
+  enum class State {
+    kRunnable,  // Prepare has work
+    kWaiting,   // needs more source
+    kDone,      // over: see result accessors
+  };
+  State state() const;
+  // Tokens the current (or next) piece of work still has to compute, whole; 0 for a read of an
+  // empty segment. Meaningful when runnable.
+  int64_t RemainingTokens() const;
+  // Whether the current (or next) piece of work samples a token at its end.
+  bool NextSamples() const;
+  // Token slots left in the last block of the group the current (or next) piece writes into.
+  int64_t FreeSlots(int block_size) const;
+  // Blocks Prepare(max_tokens) would take from the allocator (an upper bound: shared prefix
+  // blocks may make it less).
+  int64_t BlocksNeeded(int64_t max_tokens, int block_size) const;
+  // The next piece of work, at most `max_tokens` tokens (>= 1), with its blocks reserved.
+  // ResourceExhausted when the allocator is short (the session is unchanged). REQUIRES:
+  // runnable, and the previous piece completed.
+  absl::StatusOr<Work> Prepare(int64_t max_tokens, kv::BlockAllocator& allocator);
+  // The prepared piece ran. `token`: the sampled token when the piece's `sample` was set.
+  StepResult Complete(std::optional<int32_t> token, kv::BlockAllocator& allocator);
+  // Frees every block and forgets prepared work; the session replays its state on the next
+  // Prepare calls. Not for a done session.
+  void Preempt(kv::BlockAllocator& allocator);
+  // Frees every block (the session is finished or abandoned).
+  void Release(kv::BlockAllocator& allocator);
+  int64_t blocks_held() const;
+
+  // ---- Results ----
+  const std::vector<int32_t>& output() const { return policy_->output(); }
+  const std::vector<int64_t>& delays() const { return policy_->delays(); }
+  policy::DoneReason done_reason() const { return policy_->done_reason(); }
+  int64_t units_read() const { return policy_->units_read(); }
+  // Every source segment, the end included, has been read.
+  bool source_complete() const { return policy_->source_complete(); }
+  // |X|: source units plus the end segment, once the source is complete.
+  int64_t source_units() const { return static_cast<int64_t>(segments_.size()) - 1; }
+  const SessionCounters& counters() const { return counters_; }
+  // Source segments as tokens so far: prompt prefix, units, end segment (once ended).
   const std::vector<std::vector<int32_t>>& segments() const { return segments_; }
+  const SessionOptions& options() const { return options_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
-  StreamSession() = default;
-  // One forward pass for `tokens` at `positions`, new K/V into `table`, attending to
-  // `context` slots; returns the last row's logits when `want_logits`.
-  absl::StatusOr<torch::Tensor> Run(const std::vector<int32_t>& tokens,
-                                    const std::vector<int64_t>& positions,
-                                    std::vector<int64_t> context, kv::BlockTable& table,
-                                    bool want_logits, kv::KvPool& pool,
-                                    kv::BlockAllocator& allocator);
+  // A feed in progress: tokens to run, from `offset` on, into the source group (reads, the
+  // interleaved sequence, replays of the source) or the target group.
+  struct Feed {
+    bool active = false;
+    bool write = false;      // samples a token at its end
+    bool to_target = false;  // into the target group
+    bool reencode = false;   // re-encodes the target group from scratch
+    bool replay = false;     // restores state after a preemption
+    int64_t unit = -1;       // the segment a read runs
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> seen;  // replay of the target: source tokens each token saw
+    size_t offset = 0;          // tokens done
+    size_t chunk = 0;           // tokens of the prepared piece
+    int64_t chunk_seen = 0;     // source tokens the prepared piece sees
+  };
 
-  std::shared_ptr<const model::Model> model_;
+  StreamSession() = default;
+  bool interleaved() const { return options_.paradigm == Paradigm::kInterleaved; }
+  kv::BlockTable& write_table() { return interleaved() ? source_ : target_; }
+  // The feed Prepare would start now (not active when there is nothing to do).
+  Feed NextFeed() const;
+  // The replay or feed in progress, if any.
+  const Feed* CurrentFeed() const;
+  // Takes shared prompt-prefix blocks when `feed` starts filling an empty source group.
+  void SharePrefix(Feed& feed, kv::BlockAllocator& allocator);
+  // Makes this session's full prompt-prefix blocks findable by other sessions.
+  void RegisterPrefix(kv::BlockAllocator& allocator);
+  void AddUnit(std::vector<int32_t> tokens);
+
+  // ---- Constant after Create ----
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   SessionOptions options_;
+  std::vector<int32_t> end_tokens_;
+
+  // ---- State ----
+  std::vector<uint64_t> prefix_hashes_;  // chained hash of each full block of segment 0
+  std::vector<std::vector<int64_t>> prefix_block_tokens_;
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
+  int64_t words_ = 0;                           // words added
+  bool ended_ = false;
   std::unique_ptr<policy::WaitKPolicy> policy_;
-  kv::BlockTable source_, target_;
-  int64_t forward_tokens_ = 0;
+  kv::BlockTable source_, target_;      // interleaved: one sequence in source_
+  std::vector<int32_t> source_tokens_;  // tokens whose K/V are in source_
+  std::vector<int32_t> target_tokens_;  // tokens whose K/V are in target_
+  std::vector<int64_t> target_seen_;    // source tokens each of them saw
+  int64_t encoded_with_source_ = 0;     // reencode, batch: S when the target was encoded
+  std::deque<Feed> replay_;
+  Feed feed_;
+  SessionCounters counters_;
 };
 
 }  // namespace gpeserve::session

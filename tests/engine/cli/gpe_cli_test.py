@@ -75,10 +75,12 @@ def main():
         with open(data, "w") as f:
             json.dump([{"en": "the dog sees the cat", "de": "der Hund sieht die Katze"},
                        {"en": "hello", "de": "hallo"}], f)
-        for mode in ("streaming", "batch"):
+        for mode in ("streaming", "batch", "reencode", "interleaved"):
             results = os.path.join(tmp, f"{mode}.jsonl")
-            rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--mode", mode,
-                                "--wait_k", "2", "--max_new_tokens", "8", "--threads", "1",
+            flags = (["--mode", mode] if mode in ("streaming", "batch") else
+                     ["--paradigm", mode])
+            rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", data] + flags +
+                               ["--wait_k", "2", "--max_new_tokens", "8", "--threads", "1",
                                 "--out", results])
             check(f"eval {mode} exits 0", rc == 0, err)
             check(f"eval {mode} prints BLEU and latency",
@@ -91,9 +93,21 @@ def main():
                       set(line) >= {"source", "reference", "output", "output_ids", "delays",
                                     "forward_tokens", "reason"} and
                       0 < len(line["output_ids"]) <= 8, line)
+        # Re-encode recomputes the target after each read: more forward tokens than GPE.
+        long_data = os.path.join(tmp, "long.json")
+        with open(long_data, "w") as f:
+            json.dump([{"en": "the dog sees the cat in the big garden today", "de": "x"}], f)
+        forward = {}
+        for paradigm in ("gpe", "reencode"):
+            results = os.path.join(tmp, f"long-{paradigm}.jsonl")
+            rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", long_data,
+                                "--paradigm", paradigm, "--wait_k", "1", "--max_new_tokens",
+                                "30", "--threads", "1", "--out", results])
+            forward[paradigm] = json.loads(open(results).read())["forward_tokens"] if rc == 0 else 0
+        check("reencode computes more than gpe", forward["reencode"] > forward["gpe"] > 0, forward)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",
-                          "interleaved"])
-        check("unimplemented paradigm exits 2", rc == 2 and "not implemented" in err, err)
+                          "sideways"])
+        check("unknown paradigm exits 2", rc == 2 and "--paradigm takes gpe" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 

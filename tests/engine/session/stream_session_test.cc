@@ -1,137 +1,341 @@
 #include "engine/session/stream_session.h"
 
-#include <filesystem>
-#include <fstream>
 #include <random>
+#include <map>
+#include <set>
 
-#include "engine/model/make_model.h"
+#include "engine/session/runner.h"
 #include "gtest/gtest.h"
-#include "tests/engine/tokenizer/test_tokenizers.h"
+#include "tests/engine/test_models.h"
 
 namespace gpeserve::session {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::shared_ptr<const model::Model> TinyModel(uint64_t seed) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "gpe_stream_session_test";
-  fs::create_directories(dir / "tok");
-  std::ofstream((dir / "tok" / "tokenizer.json").string())
-      << tokenizer::testing::ByteLevelJson(
-             {}, {},
-             nlohmann::json::array({tokenizer::testing::Added(256, "<|im_start|>", true),
-                                    tokenizer::testing::Added(257, "<|im_end|>", true)}))
-             .dump();
-  std::ofstream((dir / "tok" / "tokenizer_config.json").string())
-      << R"({"eos_token": "<|im_end|>"})";
-  model::MakeModelOptions o;
-  o.arch = "qwen2";
-  o.tokenizer_dir = (dir / "tok").string();
-  o.seed = seed;
-  o.init_std = 0.3;
-  const std::string out = (dir / ("model" + std::to_string(seed))).string();
-  EXPECT_TRUE(model::MakeModel(o, out).ok());
-  auto m = model::Model::Load(out, {.threads = 2});
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *m;
-}
+using testing::TinyChatModel;
 
 struct NaiveResult {
   std::vector<int32_t> output;
   std::vector<int64_t> delays;
+  int64_t forward_tokens = 0;  // what a naive re-encode computes: the whole target per write
 };
 
-// The same policy driven by a model that recomputes everything at every step: one full
-// forward with the group-position-encoding mask, no cache.
+// The same policy driven by a model that recomputes everything at every write: one full
+// forward over all tokens with the paradigm's positions and mask (docs/GPE.md 3 and 5), no
+// cache. `forward_tokens` counts, for re-encode, what re-encoding the target at each write
+// after a read costs.
 NaiveResult NaiveRun(const model::Model& m, const SessionOptions& options,
                      const std::vector<std::vector<int32_t>>& segments) {
   const tokenizer::Tokenizer& tok = *m.tokenizer();
   std::set<int32_t> eos = {257};
   policy::PolicyConfig config = options.policy;
-  const bool batch = options.paradigm == Paradigm::kBatch;
-  if (batch) config.wait_k = 1 << 30;
+  const Paradigm paradigm = options.paradigm;
+  if (paradigm == Paradigm::kBatch) config.wait_k = 1 << 30;
   policy::WaitKPolicy p(config, tok, *tok.Encode(options.profile.assistant), eos,
                         options.profile.end);
   for (size_t u = 1; u + 1 < segments.size(); ++u) p.AddSourceUnit();
   p.EndSource();
   std::vector<int64_t> source, target, seen;
+  std::vector<int64_t> sequence;  // interleaved: everything in arrival order
   while (true) {
     const auto action = p.Next();
     if (action.step == policy::WaitKPolicy::Step::kDone) break;
     if (action.step == policy::WaitKPolicy::Step::kRead) {
       source.insert(source.end(), segments[action.unit].begin(), segments[action.unit].end());
+      sequence.insert(sequence.end(), segments[action.unit].begin(), segments[action.unit].end());
       p.OnRead();
       continue;
     }
-    for (int32_t t : action.feed) {
-      target.push_back(t);
-      seen.push_back(static_cast<int64_t>(source.size()));
-    }
-    const int64_t ns = source.size(), nt = target.size();
-    std::vector<int64_t> tokens = source, positions;
-    tokens.insert(tokens.end(), target.begin(), target.end());
-    for (int64_t i = 0; i < ns; ++i) positions.push_back(i);
-    for (int64_t j = 0; j < nt; ++j) positions.push_back((batch ? ns : options.profile.phi) + j);
-    torch::Tensor allowed = torch::zeros({ns + nt, ns + nt}, torch::kBool);
-    allowed.slice(0, 0, ns).slice(1, 0, ns).copy_(model::DenseAttention::CausalMask(ns));
-    for (int64_t j = 0; j < nt; ++j) {
-      allowed[ns + j].slice(0, 0, seen[j]).fill_(true);
-      allowed[ns + j].slice(0, ns, ns + j + 1).fill_(true);
+    std::vector<int64_t> tokens, positions;
+    torch::Tensor allowed;
+    if (paradigm == Paradigm::kInterleaved) {
+      sequence.insert(sequence.end(), action.feed.begin(), action.feed.end());
+      tokens = sequence;
+      for (size_t i = 0; i < tokens.size(); ++i) positions.push_back(static_cast<int64_t>(i));
+      allowed = model::DenseAttention::CausalMask(static_cast<int64_t>(tokens.size()));
+    } else {
+      for (int32_t t : action.feed) {
+        target.push_back(t);
+        seen.push_back(static_cast<int64_t>(source.size()));
+      }
+      const int64_t ns = source.size(), nt = target.size();
+      tokens = source;
+      tokens.insert(tokens.end(), target.begin(), target.end());
+      for (int64_t i = 0; i < ns; ++i) positions.push_back(i);
+      const int64_t base = paradigm == Paradigm::kGpe ? options.profile.phi : ns;
+      for (int64_t j = 0; j < nt; ++j) positions.push_back(base + j);
+      allowed = torch::zeros({ns + nt, ns + nt}, torch::kBool);
+      allowed.slice(0, 0, ns).slice(1, 0, ns).copy_(model::DenseAttention::CausalMask(ns));
+      for (int64_t j = 0; j < nt; ++j) {
+        // Re-encode: the whole target is recomputed and sees all the source read so far.
+        allowed[ns + j].slice(0, 0, paradigm == Paradigm::kReencode ? ns : seen[j]).fill_(true);
+        allowed[ns + j].slice(0, ns, ns + j + 1).fill_(true);
+      }
     }
     model::DenseAttention attention({}, {}, allowed);
-    auto logits = m.Forward(torch::tensor(tokens), torch::tensor(positions),
-                            torch::tensor({ns + nt - 1}), attention);
+    const auto n = static_cast<int64_t>(tokens.size());
+    auto logits = m.Forward(torch::tensor(tokens), torch::tensor(positions), torch::tensor({n - 1}),
+                            attention);
     const auto outcome = p.OnToken(static_cast<int32_t>(logits->argmax(-1).item<int64_t>()));
     if (outcome.kv_rollback) {
-      target.pop_back();
-      seen.pop_back();
+      if (paradigm == Paradigm::kInterleaved) {
+        sequence.pop_back();
+      } else {
+        target.pop_back();
+        seen.pop_back();
+      }
     }
   }
   return {p.output(), p.delays()};
 }
 
-// Invariant 1 at session level: the paged, incremental session produces exactly what full
-// recomputation with the GPE positions and mask produces (greedy), for many random models,
-// sources and wait-k values; and every block is returned.
-TEST(StreamSessionTest, PagedSessionEqualsFullRecompute) {
+struct Fixture {
+  explicit Fixture(std::shared_ptr<const model::Model> model, int block_size = 4,
+                   int num_blocks = 256)
+      : m(std::move(model)), allocator({.block_size = block_size, .num_blocks = num_blocks}) {
+    auto p = kv::KvPool::Create(
+        {.block_size = block_size, .num_blocks = num_blocks},
+        {m->config().num_layers, m->config().num_kv_heads, m->config().head_dim}, m->dtype(),
+        m->device());
+    EXPECT_TRUE(p.ok());
+    pool = std::make_unique<kv::KvPool>(*std::move(p));
+  }
+  std::shared_ptr<const model::Model> m;
+  kv::BlockAllocator allocator;
+  std::unique_ptr<kv::KvPool> pool;
+};
+
+// Drives a session like RunToCompletion, but preempts it at random points (`preempt_chance`
+// per step) and cuts work into random piece sizes up to `max_piece`.
+absl::StatusOr<SessionResult> RunWithPreemption(Fixture& f, StreamSession& session,
+                                                std::mt19937& rng, double preempt_chance,
+                                                int max_piece) {
+  std::uniform_real_distribution<double> coin(0, 1);
+  while (session.state() == StreamSession::State::kRunnable) {
+    if (coin(rng) < preempt_chance) session.Preempt(f.allocator);
+    auto work = session.Prepare(1 + static_cast<int64_t>(rng() % max_piece), f.allocator);
+    if (!work.ok()) return work.status();
+    auto logits = RunWorks(*f.m, *f.pool, {&*work, 1});
+    if (!logits.ok()) return logits.status();
+    std::optional<int32_t> token;
+    if (work->sample) token = static_cast<int32_t>(logits->argmax(-1).item<int64_t>());
+    session.Complete(token, f.allocator);
+  }
+  session.Release(f.allocator);
+  return ResultOf(session);
+}
+
+std::vector<std::string> RandomWords(std::mt19937& rng, int max_words) {
+  static const std::vector<std::string> vocabulary = {"the", "cat",     "sat", "on",  "a",
+                                                      "mat", "quickly", "and", "dog", "ran."};
+  std::vector<std::string> words;
+  for (int i = 0, n = static_cast<int>(rng() % (max_words + 1)); i < n; ++i) {
+    words.push_back(vocabulary[rng() % vocabulary.size()]);
+  }
+  return words;
+}
+
+// Invariant 1 at session level, for every paradigm: the paged, incremental session produces
+// exactly what full recomputation with the paradigm's positions and mask produces (greedy),
+// for random models, sources, wait-k, split modes and phi; whether or not the work is cut
+// into pieces and the session preempted; and every block is returned (invariant 4).
+TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
   auto profile = policy::LoadProfile("qwen2.5");
   ASSERT_TRUE(profile.ok());
   std::mt19937 rng(3);
-  const std::vector<std::string> vocabulary = {"the", "cat",     "sat", "on",  "a",
-                                               "mat", "quickly", "and", "dog", "ran"};
-  for (uint64_t seed = 1; seed <= 4; ++seed) {
-    auto m = TinyModel(seed);
-    ASSERT_NE(m, nullptr);
-    kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 128});
-    auto pool =
-        kv::KvPool::Create({.block_size = 4, .num_blocks = 128},
-                           {m->config().num_layers, m->config().num_kv_heads, m->config().head_dim},
-                           m->dtype(), m->device());
-    ASSERT_TRUE(pool.ok());
-    for (int trial = 0; trial < 4; ++trial) {
-      std::vector<std::string> words;
-      for (int i = 0, n = rng() % 6; i < n; ++i)
-        words.push_back(vocabulary[rng() % vocabulary.size()]);
-      SessionOptions options;
-      options.profile = *profile;
-      options.profile.phi = trial % 2 == 0 ? 0 : 5;
-      options.policy.wait_k = 1 + static_cast<int>(rng() % 3);
-      options.policy.max_new_tokens = 12;
-      options.policy.split = trial == 3 ? policy::SplitMode::kToken : policy::SplitMode::kWord;
-      options.paradigm = seed == 4 ? Paradigm::kBatch : Paradigm::kGpe;
-      auto session = StreamSession::Create(m, options, words);
-      ASSERT_TRUE(session.ok()) << session.status();
-      const auto segments = (*session)->segments();
-      auto result = (*session)->RunToCompletion(*pool, allocator);
-      ASSERT_TRUE(result.ok()) << result.status();
-      const NaiveResult naive = NaiveRun(*m, options, segments);
-      EXPECT_EQ(result->output, naive.output) << "seed " << seed << " trial " << trial;
-      EXPECT_EQ(result->delays, naive.delays) << "seed " << seed << " trial " << trial;
-      EXPECT_FALSE(result->output.empty());
-      EXPECT_EQ(result->source_units, static_cast<int64_t>(segments.size()) - 1);
-      EXPECT_EQ(allocator.free_blocks(), 128);  // invariant 4
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    Fixture f(TinyChatModel(seed));
+    for (Paradigm paradigm :
+         {Paradigm::kGpe, Paradigm::kReencode, Paradigm::kInterleaved, Paradigm::kBatch}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        SessionOptions options;
+        options.profile = *profile;
+        options.profile.phi = trial == 1 ? 5 : 0;
+        options.policy.wait_k = 1 + static_cast<int>(rng() % 3);
+        options.policy.max_new_tokens = 12;
+        options.policy.split = trial == 2 ? policy::SplitMode::kToken : policy::SplitMode::kWord;
+        options.paradigm = paradigm;
+        const std::vector<std::string> words = RandomWords(rng, 6);
+        auto session = CreateOfflineSession(*f.m, options, words);
+        ASSERT_TRUE(session.ok()) << session.status();
+        const auto segments = (*session)->segments();
+        // Trial 0 runs whole pieces without preemption; the others cut and preempt.
+        auto result = trial == 0 ? RunToCompletion(*f.m, **session, *f.pool, f.allocator)
+                                 : RunWithPreemption(f, **session, rng, 0.15, 7);
+        ASSERT_TRUE(result.ok()) << result.status();
+        const NaiveResult naive = NaiveRun(*f.m, options, segments);
+        const std::string where = "seed " + std::to_string(seed) + " paradigm " +
+                                  std::string(ParadigmName(paradigm)) + " trial " +
+                                  std::to_string(trial);
+        EXPECT_EQ(result->output, naive.output) << where;
+        EXPECT_EQ(result->delays, naive.delays) << where;
+        EXPECT_FALSE(result->output.empty()) << where;
+        EXPECT_EQ(result->source_units, static_cast<int64_t>(segments.size()) - 1);
+        EXPECT_EQ(f.allocator.free_blocks(), f.allocator.total_blocks()) << where;
+      }
     }
   }
+}
+
+// What each paradigm computes: GPE and batch compute every source token once and each target
+// token once per feed; re-encode computes strictly more on a multi-word source; a preempted
+// session computes more but outputs the same.
+TEST(StreamSessionTest, ForwardTokenCountsShowTheParadigmsCost) {
+  auto profile = policy::LoadProfile("qwen2.5");
+  ASSERT_TRUE(profile.ok());
+  Fixture f(TinyChatModel(7));
+  const std::vector<std::string> words = {"the", "cat", "sat", "on", "a", "mat", "and", "ran"};
+  SessionOptions options;
+  options.profile = *profile;
+  options.policy.wait_k = 1;
+  options.policy.max_new_tokens = 20;
+  options.share_prefix = false;
+  std::map<Paradigm, SessionResult> results;
+  int64_t source_tokens = 0;  // of the segments the GPE session read
+  for (Paradigm paradigm : {Paradigm::kGpe, Paradigm::kReencode}) {
+    options.paradigm = paradigm;
+    auto session = CreateOfflineSession(*f.m, options, words);
+    ASSERT_TRUE(session.ok());
+    auto result = RunToCompletion(*f.m, **session, *f.pool, f.allocator);
+    ASSERT_TRUE(result.ok()) << result.status();
+    results[paradigm] = *result;
+    if (paradigm == Paradigm::kGpe) {
+      for (int64_t u = 0; u <= (*session)->units_read(); ++u) {
+        source_tokens += static_cast<int64_t>((*session)->segments()[u].size());
+      }
+    }
+  }
+  const SessionResult& gpe = results[Paradigm::kGpe];
+  // GPE: the source once, the header once, each generated token once (the last one may never
+  // be fed), plus one recompute per roll-back (at most one per target word).
+  EXPECT_EQ(gpe.counters.source_tokens, source_tokens);
+  const auto header =
+      static_cast<int64_t>(f.m->tokenizer()->Encode(options.profile.assistant)->size());
+  const auto out = static_cast<int64_t>(gpe.output.size());
+  EXPECT_GE(gpe.counters.forward_tokens, source_tokens + header + out - 1);
+  EXPECT_LE(gpe.counters.forward_tokens,
+            source_tokens + header + out + static_cast<int64_t>(gpe.delays.size()));
+  if (results[Paradigm::kReencode].delays.size() >= 2) {
+    EXPECT_GT(results[Paradigm::kReencode].counters.forward_tokens, gpe.counters.forward_tokens);
+  }
+}
+
+// Prefix sharing: a second session with the same prompt prefix takes the first one's full
+// prefix blocks instead of computing them, and its output equals an unshared run.
+TEST(StreamSessionTest, PromptPrefixBlocksAreSharedAndOutputsUnchanged) {
+  auto profile = policy::LoadProfile("qwen2.5");
+  ASSERT_TRUE(profile.ok());
+  Fixture f(TinyChatModel(5));
+  const int bs = f.allocator.block_size();
+  SessionOptions options;
+  options.profile = *profile;
+  options.policy.wait_k = 2;
+  options.policy.max_new_tokens = 10;
+  const std::vector<std::string> words = {"the", "dog", "ran", "on", "a", "mat"};
+
+  for (Paradigm paradigm : {Paradigm::kGpe, Paradigm::kInterleaved}) {
+    options.paradigm = paradigm;
+    options.share_prefix = false;
+    auto unshared = CreateOfflineSession(*f.m, options, words);
+    ASSERT_TRUE(unshared.ok());
+    auto expected = RunToCompletion(*f.m, **unshared, *f.pool, f.allocator);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(expected->counters.shared_tokens, 0);
+
+    // The first session reads its prefix and stays alive, holding the blocks.
+    options.share_prefix = true;
+    auto first = CreateOfflineSession(*f.m, options, {"a", "cat"});
+    ASSERT_TRUE(first.ok());
+    const int64_t prefix = static_cast<int64_t>((*first)->segments()[0].size());
+    ASSERT_GE(prefix, 2 * bs);
+    auto work = (*first)->Prepare(1 << 20, f.allocator);
+    ASSERT_TRUE(work.ok());
+    ASSERT_TRUE(RunWorks(*f.m, *f.pool, {&*work, 1}).ok());
+    EXPECT_TRUE((*first)->Complete(std::nullopt, f.allocator).unit_read);
+    const kv::KvStats before = f.allocator.stats();
+
+    auto second = CreateOfflineSession(*f.m, options, words);
+    ASSERT_TRUE(second.ok());
+    auto shared = RunToCompletion(*f.m, **second, *f.pool, f.allocator);
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    EXPECT_EQ(shared->output, expected->output);
+    EXPECT_EQ(shared->delays, expected->delays);
+    EXPECT_EQ(shared->counters.shared_tokens, prefix / bs * bs);
+    EXPECT_EQ(shared->counters.forward_tokens,
+              expected->counters.forward_tokens - prefix / bs * bs);
+    const kv::KvStats after = f.allocator.stats();
+    EXPECT_EQ(after.prefix_hits - before.prefix_hits, prefix / bs);
+
+    // While both hold them, the prefix blocks are shared; when all end, the pool is full.
+    (*first)->Release(f.allocator);
+    EXPECT_EQ(f.allocator.free_blocks(), f.allocator.total_blocks());
+  }
+}
+
+TEST(StreamSessionTest, LiveSourceWaitsAndMatchesOffline) {
+  auto profile = policy::LoadProfile("qwen2.5");
+  ASSERT_TRUE(profile.ok());
+  Fixture f(TinyChatModel(2));
+  SessionOptions options;
+  options.profile = *profile;
+  options.policy.wait_k = 2;
+  options.policy.max_new_tokens = 16;
+  const std::vector<std::string> words = {"the", "cat", "sat", "on", "the", "mat"};
+  auto offline = CreateOfflineSession(*f.m, options, words);
+  ASSERT_TRUE(offline.ok());
+  auto expected = RunToCompletion(*f.m, **offline, *f.pool, f.allocator);
+  ASSERT_TRUE(expected.ok());
+
+  auto live = StreamSession::Create(f.m->tokenizer(), f.m->config().eos_token_ids, options);
+  ASSERT_TRUE(live.ok());
+  StreamSession& s = **live;
+  size_t next_word = 0;
+  std::mt19937 rng(11);
+  while (s.state() != StreamSession::State::kDone) {
+    if (s.state() == StreamSession::State::kWaiting || rng() % 3 == 0) {
+      if (next_word < words.size()) {
+        ASSERT_TRUE(s.AddWords({&words[next_word++], 1}).ok());
+      } else {
+        s.EndSource();
+      }
+      continue;
+    }
+    auto work = s.Prepare(1 << 20, f.allocator);
+    ASSERT_TRUE(work.ok()) << work.status();
+    auto logits = RunWorks(*f.m, *f.pool, {&*work, 1});
+    ASSERT_TRUE(logits.ok());
+    std::optional<int32_t> token;
+    if (work->sample) token = static_cast<int32_t>(logits->argmax(-1).item<int64_t>());
+    s.Complete(token, f.allocator);
+  }
+  s.Release(f.allocator);
+  EXPECT_EQ(s.output(), expected->output);
+  EXPECT_EQ(s.delays(), expected->delays);
+  EXPECT_EQ(f.allocator.free_blocks(), f.allocator.total_blocks());
+  EXPECT_EQ(s.AddWords(words).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StreamSessionTest, SourceErrors) {
+  auto profile = policy::LoadProfile("qwen2.5");
+  ASSERT_TRUE(profile.ok());
+  auto m = TinyChatModel(1);
+  SessionOptions options;
+  options.profile = *profile;
+  auto s = StreamSession::Create(m->tokenizer(), {}, options);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->AddWords(std::vector<std::string>{"a", ""}).code(),
+            absl::StatusCode::kInvalidArgument);
+  (*s)->EndSource();
+  EXPECT_EQ((*s)->AddWords(std::vector<std::string>{"b"}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  options.policy.wait_k = 0;
+  EXPECT_EQ(StreamSession::Create(m->tokenizer(), {}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.policy.wait_k = 1;
+  options.profile.assistant = "";
+  EXPECT_EQ(StreamSession::Create(m->tokenizer(), {}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseParadigm("reencode").value(), Paradigm::kReencode);
+  EXPECT_EQ(ParseParadigm("nope").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

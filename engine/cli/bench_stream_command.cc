@@ -1,0 +1,273 @@
+// gpe bench-stream: what one read costs in group streaming (GPE) and in batch-streaming
+// (re-encode) as the source grows. Both run the same session loop; the target is scripted
+// (every write emits the same number of tokens per source word) so that the two paradigms do
+// the same reads and writes and differ only in what they compute.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/cli/args.h"
+#include "engine/cli/commands.h"
+#include "engine/model/make_model.h"
+#include "engine/session/runner.h"
+#include "engine/tokenizer/bpe_trainer.h"
+
+namespace gpeserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::string>& SourceWords() {
+  static const std::vector<std::string> words = {
+      "the",  "speaker", "said", "that",  "our",    "city", "will", "build", "a",
+      "new",  "bridge",  "over", "the",   "river",  "next", "year", "and",   "many",
+      "people", "think", "it",   "is",    "a",      "good", "idea", "for",   "everyone"};
+  return words;
+}
+
+// A small tokenizer for a --preset model, trained on the benchmark's own words.
+absl::Status WriteTokenizer(const std::filesystem::path& dir) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 50; ++i) {
+    std::string line;
+    for (const std::string& w : SourceWords()) absl::StrAppend(&line, line.empty() ? "" : " ", w);
+    texts.push_back(line + " mot x.");
+  }
+  tokenizer::BpeTrainerConfig config;
+  config.vocab_size = 600;
+  auto trained = tokenizer::TrainByteLevelBpe(texts, config);
+  if (!trained.ok()) return trained.status();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << trained->tokenizer.dump();
+  std::ofstream(dir / "tokenizer_config.json") << trained->config.dump();
+  return absl::OkStatus();
+}
+
+struct ReadCost {
+  double seconds = 0;  // the read and the first forward of the write after it
+  int64_t tokens = 0;  // tokens computed in them
+};
+
+// The read of median time among reads [first, first + 5).
+ReadCost MedianRead(const std::vector<ReadCost>& reads, int first) {
+  std::vector<ReadCost> window(reads.begin() + first, reads.begin() + first + 5);
+  std::sort(window.begin(), window.end(),
+            [](const ReadCost& a, const ReadCost& b) { return a.seconds < b.seconds; });
+  return window[2];
+}
+
+struct Run {
+  std::vector<ReadCost> reads;  // one per source word read after the first write
+  double seconds = 0;
+  int64_t forward_tokens = 0;
+  int64_t output_tokens = 0;
+};
+
+// Runs one session over `words` with a scripted target: each write emits `per_word` tokens
+// (" mot", then "x"s), then a token that starts a new word (stop rule a); once the source is
+// complete, end-of-sequence.
+absl::StatusOr<Run> RunScripted(const model::Model& model, const session::SessionOptions& options,
+                                const std::vector<std::string>& words, int per_word,
+                                kv::KvPool& pool, kv::BlockAllocator& allocator) {
+  const tokenizer::Tokenizer& tok = *model.tokenizer();
+  auto word = tok.Encode(" mot", {.add_special_tokens = false});
+  auto cont = tok.Encode("x", {.add_special_tokens = false});
+  const std::optional<int32_t> eos = tok.eos_id();
+  if (!word.ok() || !cont.ok() || word->empty() || cont->empty() || !eos) {
+    return absl::FailedPreconditionError(
+        "the tokenizer must encode \" mot\" and \"x\" and have an eos token");
+  }
+  auto session = session::CreateOfflineSession(model, options, words);
+  if (!session.ok()) return session.status();
+  session::StreamSession& s = **session;
+  Run run;
+  int in_write = 0;
+  bool after_read = false, started = false;
+  const auto begin = Clock::now();
+  while (s.state() == session::StreamSession::State::kRunnable) {
+    auto work = s.Prepare(1 << 30, allocator);
+    if (!work.ok()) return work.status();
+    const auto start = Clock::now();
+    auto logits = session::RunWorks(model, pool, {&*work, 1});
+    if (!logits.ok()) return logits.status();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::optional<int32_t> token;
+    if (work->sample) {
+      token = s.source_complete()      ? *eos
+              : in_write == 0          ? word->front()
+              : in_write < per_word    ? cont->front()
+                                       : word->front();
+      ++in_write;
+      if (after_read) run.reads.back().seconds += seconds;
+      if (after_read) run.reads.back().tokens += static_cast<int64_t>(work->tokens.size());
+      after_read = false;
+      started = true;
+    } else if (started) {
+      run.reads.push_back({seconds, static_cast<int64_t>(work->tokens.size())});
+      after_read = true;
+    }
+    const session::StepResult step = s.Complete(token, allocator);
+    if (step.word_complete || step.unit_read) in_write = 0;
+  }
+  run.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  run.forward_tokens = s.counters().forward_tokens;
+  run.output_tokens = static_cast<int64_t>(s.output().size());
+  s.Release(allocator);
+  return run;
+}
+
+}  // namespace
+
+int BenchStreamCommand(int argc, char** argv, int first) {
+  Args args("gpe bench-stream (--preset NAME | --model DIR) [options]",
+            "Streams sources of --words lengths through a session in the gpe and the reencode\n"
+            "paradigm with a scripted target (--target_tokens tokens per source word) and\n"
+            "prints, per paradigm, the cost of a read (the read and the first forward of the\n"
+            "write after it; the median of 5 reads from word --at, and of the last 5 words)\n"
+            "and the total time, with its ratio to gpe's.");
+  args.AddString("preset", "NAME", "make a random-weight model of this preset", "qwen2.5-0.5b");
+  args.AddString("model", "DIR", "an existing model folder instead of --preset");
+  args.AddString("words", "N,N", "source lengths in words", "60,200");
+  args.AddString("wait_k", "K", "source words read before the first write", "5");
+  args.AddString("at", "N", "the early read to compare the last one with (word number)", "5");
+  args.AddString("target_tokens", "N", "target tokens written per source word", "2");
+  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
+  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
+  args.AddString("block_size", "N", "tokens per KV block", "16");
+  bool help = false;
+  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
+    return 2;
+  }
+  if (help) {
+    std::cout << args.Help();
+    return 0;
+  }
+  int wait_k = 0, at = 0, per_word = 0, threads = 0, block_size = 0;
+  std::vector<int> lengths;
+  for (absl::string_view part : absl::StrSplit(*args.Get("words"), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      std::cerr << "gpe: --words takes positive whole numbers separated by commas\n";
+      return 2;
+    }
+    lengths.push_back(n);
+  }
+  if (!absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
+      !absl::SimpleAtoi(*args.Get("at"), &at) || at < 1 ||
+      !absl::SimpleAtoi(*args.Get("target_tokens"), &per_word) || per_word < 1 ||
+      !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
+      !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1) {
+    std::cerr << "gpe: --wait_k, --at, --target_tokens, --block_size take positive whole "
+                 "numbers, --threads a whole number\n";
+    return 2;
+  }
+
+  std::string dir;
+  std::filesystem::path temp;
+  if (auto model = args.Get("model")) {
+    dir = *model;
+  } else {
+    temp = std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-stream-", ::getpid());
+    model::MakeModelOptions o;
+    o.preset = *args.Get("preset");
+    o.tokenizer_dir = (temp / "tokenizer").string();
+    o.dtype = *args.Get("dtype") == "fp32" ? model::DType::kF32 : model::DType::kBF16;
+    std::cerr << "gpe: writing a random " << o.preset << " model to " << temp << "\n";
+    absl::Status s = WriteTokenizer(o.tokenizer_dir);
+    if (s.ok()) s = model::MakeModel(o, (temp / "model").string());
+    if (!s.ok()) {
+      std::cerr << "gpe: " << s.message() << "\n";
+      std::filesystem::remove_all(temp);
+      return 1;
+    }
+    dir = (temp / "model").string();
+  }
+  auto loaded = model::Model::Load(dir, {.dtype = *args.Get("dtype"), .threads = threads});
+  if (!temp.empty()) std::filesystem::remove_all(temp);  // the mapping stays valid
+  if (!loaded.ok()) {
+    std::cerr << "gpe: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  const model::Model& m = **loaded;
+  if (m.tokenizer() == nullptr) {
+    std::cerr << "gpe: the model folder has no tokenizer.json\n";
+    return 1;
+  }
+  const model::ModelConfig& c = m.config();
+  const int max_words = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t blocks = 4 * (max_words * (per_word + 3) + 256) / block_size + 16;
+  kv::BlockAllocator allocator({.block_size = block_size, .num_blocks = static_cast<int>(blocks)});
+  auto pool = kv::KvPool::Create({.block_size = block_size, .num_blocks = static_cast<int>(blocks)},
+                                 {c.num_layers, c.num_kv_heads, c.head_dim}, m.dtype(), m.device());
+  if (!pool.ok()) {
+    std::cerr << "gpe: " << pool.status().message() << "\n";
+    return 1;
+  }
+  auto profile = policy::LoadProfile("qwen2.5");
+  if (!profile.ok()) return 1;
+  session::SessionOptions options;
+  options.profile = *profile;
+  options.policy.wait_k = wait_k;
+  options.policy.max_new_tokens = 1 << 20;
+
+  std::cout << absl::StrFormat(
+      "model %s %s, %d layers, dtype %s, %d threads; wait_k %d, %d target tokens per word\n",
+      c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
+      *args.Get("dtype"), torch::get_num_threads(), wait_k, per_word);
+  {  // Warm-up: one short session.
+    std::vector<std::string> words(SourceWords().begin(), SourceWords().begin() + 8);
+    auto warm = RunScripted(m, options, words, per_word, *pool, allocator);
+    if (!warm.ok()) {
+      std::cerr << "gpe: " << warm.status().message() << "\n";
+      return 1;
+    }
+  }
+  std::cout << absl::StrFormat("%-9s %6s %23s %23s %11s %9s %9s %8s\n", "paradigm", "words",
+                               "early reads ms (tokens)", "last reads ms (tokens)", "last/early",
+                               "total s", "fwd tok", "vs gpe");
+  for (int n : lengths) {
+    std::vector<std::string> words;
+    for (int i = 0; i < n; ++i) words.push_back(SourceWords()[i % SourceWords().size()]);
+    double gpe_seconds = 0;
+    for (session::Paradigm paradigm : {session::Paradigm::kGpe, session::Paradigm::kReencode}) {
+      options.paradigm = paradigm;
+      auto run = RunScripted(m, options, words, per_word, *pool, allocator);
+      if (!run.ok()) {
+        std::cerr << "gpe: " << run.status().message() << "\n";
+        return 1;
+      }
+      // reads[i] is the read of unit wait_k + 1 + i (the first write follows unit wait_k); the
+      // last one reads the end segment, not a word. A read's cost is the median of 5 reads.
+      const int word_reads = static_cast<int>(run->reads.size()) - 1;
+      if (word_reads < 5) {
+        std::cerr << "gpe: --words must exceed --wait_k by at least 5\n";
+        return 2;
+      }
+      const int early = std::clamp(at - wait_k - 1, 0, word_reads - 5);
+      const int late = word_reads - 5;
+      const ReadCost e = MedianRead(run->reads, early), last = MedianRead(run->reads, late);
+      if (paradigm == session::Paradigm::kGpe) gpe_seconds = run->seconds;
+      std::cout << absl::StrFormat(
+          "%-9s %6d  w%-3d %10.1f (%4d)  w%-3d %10.1f (%4d) %10.2fx %9.2f %9d %7.2fx\n",
+          std::string(session::ParadigmName(paradigm)), n, wait_k + 1 + early, e.seconds * 1e3,
+          e.tokens, wait_k + 1 + late, last.seconds * 1e3, last.tokens, last.seconds / e.seconds, run->seconds,
+          run->forward_tokens, run->seconds / gpe_seconds);
+      std::cout.flush();
+    }
+  }
+  return 0;
+}
+
+}  // namespace gpeserve::cli

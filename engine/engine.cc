@@ -1,0 +1,431 @@
+#include "engine/engine.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/model/model.h"
+#include "engine/session/runner.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+
+namespace gpeserve::engine {
+namespace {
+
+enum CommandKind { kOpen, kPush, kEnd, kCancel };
+
+const char* ReasonName(policy::DoneReason reason) {
+  switch (reason) {
+    case policy::DoneReason::kEndOfSequence:
+      return "end_of_sequence";
+    case policy::DoneReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case policy::DoneReason::kMaxLag:
+      return "max_lag";
+    case policy::DoneReason::kNone:
+      break;
+  }
+  return "none";
+}
+
+// A session as the loop thread sees it.
+struct Live {
+  int64_t id = 0;
+  std::unique_ptr<session::StreamSession> session;
+  std::unique_ptr<sampler::Sampler> sampler;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
+  EventCallback callback;
+  bool admitted = false;
+  int64_t order = 0;         // arrival order; admission order once admitted
+  int64_t last_served = -1;  // step
+  std::string text;          // emitted so far
+};
+
+struct Command {
+  int64_t id = 0;
+  CommandKind kind = kPush;
+  std::vector<std::string> words;
+  std::unique_ptr<Live> live;  // kOpen
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineConfig config;
+  std::unique_ptr<kv::BlockAllocator> allocator;
+  std::unique_ptr<kv::KvPool> pool;
+  std::thread thread;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<Command> inbox;  // guarded by mu
+  bool stop = false;          // guarded by mu
+  int64_t open = 0;           // guarded by mu: sessions opened and not yet finished
+  int64_t next_id = 1;        // guarded by mu
+  EngineStats stats;          // guarded by mu: a snapshot after each step
+
+  // ---- Loop thread only ----
+  std::map<int64_t, std::unique_ptr<Live>> sessions;
+  int64_t step = 0;
+  int64_t orders = 0;
+  EngineStats counters;
+
+  void Loop(const model::Model& model);
+  // Applies queued commands; false when the engine stops.
+  bool Drain();
+  // Delivers an event; a consumer that cannot take it gets the session cancelled.
+  void Deliver(Live& live, const SessionEvent& event);
+  // Ends a session with its final event and frees its blocks.
+  void Finish(int64_t id, SessionEvent event);
+  SessionEvent DoneEvent(const Live& live, std::string reason) const;
+  void Publish();
+};
+
+absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const model::Model> model,
+                                                       const EngineConfig& config) {
+  if (model == nullptr || model->tokenizer() == nullptr) {
+    return absl::FailedPreconditionError("the engine needs a model folder with a tokenizer");
+  }
+  if (config.block_size < 1 || config.scheduler.max_batch_tokens < 1 ||
+      config.scheduler.max_sessions_per_step < 1 || config.max_sessions < 1) {
+    return absl::InvalidArgumentError(
+        "block_size, max_batch_tokens, max_sessions_per_step and max_sessions must be positive");
+  }
+  const model::ModelConfig& c = model->config();
+  int64_t blocks = config.kv_blocks;
+  if (blocks <= 0) {
+    const int64_t block_bytes = 2 * c.num_layers * config.block_size * c.num_kv_heads * c.head_dim *
+                                static_cast<int64_t>(torch::elementSize(model->dtype()));
+    blocks = config.kv_cache_memory / block_bytes;
+    if (blocks < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kv_cache_memory of ", config.kv_cache_memory, " bytes holds no block of ", block_bytes,
+          " bytes"));
+    }
+  }
+  std::shared_ptr<Engine> engine(new Engine());
+  engine->model_ = std::move(model);
+  engine->impl_ = std::make_unique<Impl>();
+  Impl& impl = *engine->impl_;
+  impl.config = config;
+  impl.config.kv_blocks = blocks;
+  const kv::KvCacheConfig kv_config{.block_size = config.block_size,
+                                    .num_blocks = static_cast<int>(blocks)};
+  impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
+  auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
+                                 engine->model_->dtype(), engine->model_->device());
+  if (!pool.ok()) return pool.status();
+  impl.pool = std::make_unique<kv::KvPool>(*std::move(pool));
+  impl.stats.kv = impl.allocator->stats();
+  const model::Model* m = engine->model_.get();
+  impl.thread = std::thread([&impl, m] { impl.Loop(*m); });
+  return engine;
+}
+
+Engine::~Engine() { Shutdown(); }
+
+void Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int64_t Engine::total_blocks() const { return impl_->allocator->total_blocks(); }
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig& config,
+                                                            EventCallback on_event) {
+  if (absl::Status s = sampler::Validate(config.sampling); !s.ok()) return s;
+  auto session =
+      session::StreamSession::Create(model_->tokenizer(), model_->config().eos_token_ids,
+                                     config.options);
+  if (!session.ok()) return session.status();
+  auto live = std::make_unique<Live>();
+  live->session = *std::move(session);
+  live->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
+      *model_->tokenizer(), tokenizer::DecodeOptions{.skip_special_tokens = true});
+  live->callback = std::move(on_event);
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stop) return absl::UnavailableError("the engine is shutting down");
+    if (impl_->open >= impl_->config.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the engine has ", impl_->open, " open sessions, its limit (max_sessions); retry later"));
+    }
+    ++impl_->open;
+    id = impl_->next_id++;
+    live->id = id;
+    // Seeds differ per session unless the client fixes one.
+    live->sampler = std::make_unique<sampler::Sampler>(
+        config.sampling, 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(id));
+    Command command;
+    command.id = id;
+    command.kind = kOpen;
+    command.live = std::move(live);
+    impl_->inbox.push_back(std::move(command));
+  }
+  impl_->wake.notify_all();
+  return std::shared_ptr<SessionHandle>(new SessionHandle(weak_from_this(), id));
+}
+
+void Engine::Post(int64_t id, int kind, std::vector<std::string> words) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stop) return;
+    Command command;
+    command.id = id;
+    command.kind = static_cast<CommandKind>(kind);
+    command.words = std::move(words);
+    impl_->inbox.push_back(std::move(command));
+  }
+  impl_->wake.notify_all();
+}
+
+void SessionHandle::Push(std::vector<std::string> words) {
+  if (auto engine = engine_.lock()) engine->Post(id_, kPush, std::move(words));
+}
+void SessionHandle::EndSource() {
+  if (auto engine = engine_.lock()) engine->Post(id_, kEnd, {});
+}
+void SessionHandle::Cancel() {
+  if (auto engine = engine_.lock()) engine->Post(id_, kCancel, {});
+}
+
+// ---- The loop ---------------------------------------------------------------------------------
+
+SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const {
+  const session::StreamSession& s = *live.session;
+  SessionEvent event;
+  event.kind = SessionEvent::Kind::kDone;
+  event.session_id = live.id;
+  event.reason = std::move(reason);
+  event.output = s.output();
+  event.full_text = s.tokenizer().Decode(s.output(), {.skip_special_tokens = true});
+  event.delays = s.delays();
+  event.source_units = s.source_units();
+  event.units_read = s.units_read();
+  event.counters = s.counters();
+  return event;
+}
+
+void Engine::Impl::Deliver(Live& live, const SessionEvent& event) {
+  if (live.callback && !live.callback(event) && event.kind == SessionEvent::Kind::kTokens) {
+    SessionEvent error;
+    error.kind = SessionEvent::Kind::kError;
+    error.session_id = live.id;
+    error.status = absl::ResourceExhaustedError(
+        "the client did not read its events fast enough; the session was cancelled");
+    Finish(live.id, std::move(error));
+  }
+}
+
+void Engine::Impl::Finish(int64_t id, SessionEvent event) {
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return;
+  std::unique_ptr<Live> live = std::move(it->second);
+  sessions.erase(it);
+  live->session->Release(*allocator);
+  counters.source_tokens += live->session->counters().source_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    --open;
+  }
+  Publish();  // the final event's reader sees the blocks freed
+  if (live->callback) live->callback(event);
+}
+
+bool Engine::Impl::Drain() {
+  std::deque<Command> commands;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
+      return s.second->session->state() != session::StreamSession::State::kWaiting;
+    });
+    if (idle) wake.wait(lock, [&] { return stop || !inbox.empty(); });
+    if (stop) return false;
+    commands.swap(inbox);
+  }
+  for (Command& command : commands) {
+    if (command.kind == kOpen) {
+      command.live->order = orders++;
+      sessions[command.id] = std::move(command.live);
+      continue;
+    }
+    auto it = sessions.find(command.id);
+    if (it == sessions.end()) continue;  // already finished
+    Live& live = *it->second;
+    if (command.kind == kPush) {
+      if (absl::Status s = live.session->AddWords(command.words); !s.ok()) {
+        SessionEvent error;
+        error.kind = SessionEvent::Kind::kError;
+        error.session_id = live.id;
+        error.status = s;
+        Finish(live.id, std::move(error));
+      }
+    } else if (command.kind == kEnd) {
+      live.session->EndSource();
+    } else {
+      Finish(live.id, DoneEvent(live, "cancelled"));
+    }
+  }
+  return true;
+}
+
+void Engine::Impl::Publish() {
+  std::lock_guard<std::mutex> lock(mu);
+  stats = counters;
+  stats.sessions_running = stats.sessions_waiting = 0;
+  for (const auto& [id, live] : sessions) {
+    ++(live->admitted ? stats.sessions_running : stats.sessions_waiting);
+  }
+  stats.kv = allocator->stats();
+}
+
+void Engine::Impl::Loop(const model::Model& model) {
+  const int bs = allocator->block_size();
+  while (Drain()) {
+    // Sessions that ended (end of sequence, limits) since the last step.
+    std::vector<int64_t> done;
+    for (const auto& [id, live] : sessions) {
+      if (live->session->state() == session::StreamSession::State::kDone) done.push_back(id);
+    }
+    for (int64_t id : done) {
+      Live& live = *sessions[id];
+      Finish(id, DoneEvent(live, ReasonName(live.session->done_reason())));
+    }
+
+    std::vector<scheduler::Candidate> candidates;
+    for (const auto& [id, live] : sessions) {
+      const session::StreamSession& s = *live->session;
+      scheduler::Candidate c;
+      c.id = id;
+      c.runnable = s.state() == session::StreamSession::State::kRunnable;
+      if (!c.runnable && !live->admitted) continue;
+      c.admitted = live->admitted;
+      c.write = c.runnable && s.NextSamples();
+      c.remaining = c.runnable ? s.RemainingTokens() : 0;
+      c.admit_order = live->order;
+      c.last_served = live->last_served;
+      c.blocks_held = s.blocks_held();
+      c.free_slots = c.runnable ? s.FreeSlots(bs) : 0;
+      candidates.push_back(c);
+    }
+    if (candidates.empty()) {
+      Publish();
+      continue;
+    }
+    const scheduler::Plan plan =
+        scheduler::Schedule(config.scheduler, candidates, allocator->free_blocks(), bs);
+    for (int64_t id : plan.preempted) {
+      Live& live = *sessions[id];
+      if (live.session->blocks_held() + allocator->free_blocks() >= allocator->total_blocks()) {
+        // Alone in the cache and still short: it can never fit.
+        SessionEvent error;
+        error.kind = SessionEvent::Kind::kError;
+        error.session_id = id;
+        error.status = absl::ResourceExhaustedError(absl::StrCat(
+            "the session needs more than the whole KV cache (", allocator->total_blocks(),
+            " blocks of ", bs, " tokens); shorten the source or max_new_tokens, or give the "
+            "server more KV cache"));
+        Finish(id, std::move(error));
+        continue;
+      }
+      live.session->Preempt(*allocator);
+      live.admitted = false;
+      ++counters.preemptions;
+    }
+    std::vector<session::Work> works;
+    std::vector<Live*> ran;
+    for (const scheduler::Piece& piece : plan.pieces) {
+      Live& live = *sessions[piece.id];
+      auto work = live.session->Prepare(std::max<int64_t>(1, piece.tokens), *allocator);
+      if (!work.ok()) continue;  // blocks ran short after all: it waits for the next step
+      if (!live.admitted) {
+        live.admitted = true;
+        live.order = orders++;
+      }
+      live.last_served = step;
+      works.push_back(*std::move(work));
+      ran.push_back(&live);
+    }
+    ++step;
+    if (works.empty()) {
+      Publish();
+      continue;
+    }
+    auto logits = session::RunWorks(model, *pool, works);
+    if (!logits.ok()) {
+      for (Live* live : ran) {
+        SessionEvent error;
+        error.kind = SessionEvent::Kind::kError;
+        error.session_id = live->id;
+        error.status = logits.status();
+        Finish(live->id, std::move(error));
+      }
+      Publish();
+      continue;
+    }
+    ++counters.steps;
+    int64_t row = 0;
+    std::vector<int64_t> ids;
+    for (Live* live : ran) ids.push_back(live->id);
+    for (size_t i = 0; i < works.size(); ++i) {
+      counters.step_tokens += static_cast<int64_t>(works[i].tokens.size());
+      if (!sessions.contains(ids[i])) continue;
+      Live& live = *ran[i];
+      std::optional<int32_t> token;
+      if (works[i].sample) {
+        const torch::Tensor r = (*logits)[row++].contiguous();
+        token = live.sampler->Sample({r.data_ptr<float>(), static_cast<size_t>(r.numel())});
+      }
+      const session::StepResult result = live.session->Complete(token, *allocator);
+      if (result.emitted || result.word_complete) {
+        SessionEvent event;
+        event.session_id = live.id;
+        if (result.emitted) {
+          event.ids.push_back(*result.emitted);
+          event.text = live.detokenizer->Push(*result.emitted);
+          ++counters.generated_tokens;
+        }
+        event.word_complete = result.word_complete;
+        event.units_read = live.session->units_read();
+        Deliver(live, event);
+      }
+    }
+    Publish();
+  }
+  // Shutting down: every open session gets its final event.
+  std::vector<int64_t> open_ids;
+  for (const auto& [id, live] : sessions) open_ids.push_back(id);
+  for (int64_t id : open_ids) {
+    SessionEvent error;
+    error.kind = SessionEvent::Kind::kError;
+    error.session_id = id;
+    error.status = absl::UnavailableError("the engine shut down");
+    Finish(id, std::move(error));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  for (Command& command : inbox) {
+    if (command.kind == kOpen && command.live->callback) {
+      SessionEvent error;
+      error.kind = SessionEvent::Kind::kError;
+      error.session_id = command.id;
+      error.status = absl::UnavailableError("the engine shut down");
+      command.live->callback(error);
+    }
+  }
+  inbox.clear();
+}
+
+}  // namespace gpeserve::engine

@@ -1,0 +1,136 @@
+// The engine: one loop thread that owns the model and the paged KV cache and runs the reads
+// and writes of every live session in shared forward passes (continuous batching), and the
+// thread-safe session API the server and the offline tools use.
+//
+//   auto engine = Engine::Create(model, config);
+//   auto session = engine->Open(session_config, [](const SessionEvent& e) { ...; return true; });
+//   session->Push({"Hello", "world"}); session->EndSource();   // from any thread
+//
+// Events reach the callback on the loop thread, in order, and the callback must not block: it
+// returns false when its consumer cannot take more (a full queue), which cancels the session
+// with RESOURCE_EXHAUSTED. Every session gets exactly one final event (done or error). Each
+// step: new commands are applied, the scheduler plans the step (writes first, chunked reads,
+// admission, preemption by recompute; engine/scheduler), one forward pass runs, tokens are
+// sampled per session (engine/sampler) and fed back to the sessions' policies.
+//
+// Thread-safety: Engine and SessionHandle methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/sampler/sampler.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/session/stream_session.h"
+
+namespace gpeserve::model {
+class Model;
+}
+
+namespace gpeserve::engine {
+
+struct EngineConfig {
+  int block_size = 16;            // tokens per KV block
+  int64_t kv_blocks = 0;          // blocks in the pool; 0: from kv_cache_memory
+  int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
+  scheduler::SchedulerConfig scheduler;
+  int max_sessions = 256;         // open sessions (running and waiting); Open fails beyond
+};
+
+struct SessionConfig {
+  session::SessionOptions options;
+  sampler::SamplingParams sampling;
+};
+
+// Why a session ended, as a name: end_of_sequence, max_new_tokens, max_lag, cancelled, error.
+struct SessionEvent {
+  enum class Kind { kTokens, kDone, kError };
+  Kind kind = Kind::kTokens;
+  int64_t session_id = 0;
+  // kTokens: new output tokens and the text that became final with them (may be empty while
+  // a multi-byte character or a byte-fallback run is incomplete).
+  std::vector<int32_t> ids;
+  std::string text;
+  bool word_complete = false;  // a target word ended with this event
+  int64_t units_read = 0;      // source units read so far
+  // kDone: the whole output and its statistics.
+  std::string reason;
+  std::vector<int32_t> output;
+  std::string full_text;
+  std::vector<int64_t> delays;
+  int64_t source_units = 0;
+  session::SessionCounters counters;
+  // kError (and kDone with reason "cancelled" when cancelled by the engine).
+  absl::Status status;
+};
+
+// Returns false when the consumer cannot take the event (the session is then cancelled).
+using EventCallback = std::function<bool(const SessionEvent&)>;
+
+struct EngineStats {
+  int64_t sessions_running = 0;  // admitted
+  int64_t sessions_waiting = 0;  // open, not admitted (new or preempted)
+  int64_t steps = 0;
+  int64_t step_tokens = 0;       // tokens computed over all steps
+  int64_t source_tokens = 0;     // source tokens read by finished and running sessions
+  int64_t generated_tokens = 0;  // output tokens emitted
+  int64_t preemptions = 0;
+  kv::KvStats kv;
+};
+
+class Engine;
+
+// One open session. Commands are queued for the loop thread; after the final event they are
+// ignored.
+class SessionHandle {
+ public:
+  int64_t id() const { return id_; }
+  // More source words (each non-empty, no whitespace needed).
+  void Push(std::vector<std::string> words);
+  // The source is complete.
+  void EndSource();
+  // Ends the session: its blocks are freed at the next step and it gets a done event with
+  // reason "cancelled".
+  void Cancel();
+
+ private:
+  friend class Engine;
+  SessionHandle(std::weak_ptr<Engine> engine, int64_t id) : engine_(std::move(engine)), id_(id) {}
+  std::weak_ptr<Engine> engine_;
+  int64_t id_;
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  // Starts the loop thread. Errors: bad sizes, a model without a tokenizer, no memory.
+  static absl::StatusOr<std::shared_ptr<Engine>> Create(
+      std::shared_ptr<const model::Model> model, const EngineConfig& config);
+  ~Engine();
+
+  // Opens a session. InvalidArgument for a bad configuration (wait_k, sampling, profile
+  // strings); ResourceExhausted when max_sessions are open.
+  absl::StatusOr<std::shared_ptr<SessionHandle>> Open(const SessionConfig& config,
+                                                      EventCallback on_event);
+
+  // Stops the loop: open sessions get an error event (UNAVAILABLE). Idempotent.
+  void Shutdown();
+
+  EngineStats stats() const;
+  const model::Model& model() const { return *model_; }
+  int64_t total_blocks() const;
+
+ private:
+  struct Impl;
+  friend class SessionHandle;
+  Engine() = default;
+  void Post(int64_t id, int kind, std::vector<std::string> words);
+
+  std::shared_ptr<const model::Model> model_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpeserve::engine

@@ -1,0 +1,68 @@
+#include "engine/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <set>
+
+namespace gpeserve::scheduler {
+
+int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size) {
+  const int64_t beyond = tokens - free_slots;
+  return beyond <= 0 ? 0 : (beyond + block_size - 1) / block_size;
+}
+
+Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
+              int64_t free_blocks, int block_size) {
+  std::vector<const Candidate*> order;
+  for (const Candidate& c : candidates) order.push_back(&c);
+  auto rank = [](const Candidate* c) {
+    // Running writes, running reads, then waiting sessions.
+    return !c->admitted ? 2 : c->write ? 0 : 1;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const Candidate* a, const Candidate* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    if (a->admitted && a->last_served != b->last_served) return a->last_served < b->last_served;
+    return a->admit_order < b->admit_order;
+  });
+
+  Plan plan;
+  std::set<int64_t> planned, preempted;
+  int64_t budget = config.max_batch_tokens;
+  int64_t free = free_blocks;
+  for (const Candidate* c : order) {
+    if (static_cast<int>(plan.pieces.size()) >= config.max_sessions_per_step) break;
+    if (!c->runnable || preempted.contains(c->id)) continue;
+    if (c->remaining > 0 && budget <= 0) break;
+    int64_t tokens = std::min(c->remaining, budget);
+    auto fits = [&](int64_t n) { return BlocksFor(n, c->free_slots, block_size) <= free; };
+    if (!fits(tokens)) {
+      if (!c->admitted) continue;  // admission waits for free blocks
+      // Preempt the most recently admitted running session not planned in this step until
+      // this piece fits, or until this session is the victim itself.
+      while (!fits(tokens)) {
+        const Candidate* victim = nullptr;
+        for (const Candidate& other : candidates) {
+          if (!other.admitted || planned.contains(other.id) || preempted.contains(other.id)) {
+            continue;
+          }
+          if (victim == nullptr || other.admit_order > victim->admit_order) victim = &other;
+        }
+        if (victim == nullptr) break;
+        preempted.insert(victim->id);
+        plan.preempted.push_back(victim->id);
+        if (victim == c) break;
+        free += victim->blocks_held;
+      }
+      if (preempted.contains(c->id)) continue;
+      // Still short (nothing left to preempt): take what fits.
+      while (tokens > 0 && !fits(tokens)) --tokens;
+      if (tokens == 0 && c->remaining > 0) continue;
+    }
+    free -= BlocksFor(tokens, c->free_slots, block_size);
+    budget -= tokens;
+    planned.insert(c->id);
+    plan.pieces.push_back({c->id, tokens});
+  }
+  return plan;
+}
+
+}  // namespace gpeserve::scheduler

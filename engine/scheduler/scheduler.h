@@ -1,0 +1,62 @@
+// Step planning for the engine loop: which sessions run in the next forward pass and how many
+// tokens each. A pure function of the sessions' needs and the free KV blocks, unit-tested
+// with no model.
+//
+// Rules, in order:
+//   1. Writes (pieces that sample a token, usually one token) before reads (source prefill,
+//      replays after preemption, multi-token feeds that sample nothing), so that no session's
+//      writes stall behind another's long read; among each kind, the least recently served
+//      first, then the earliest admitted (FCFS with aging: every runnable session is served
+//      within ceil(runnable / max_sessions_per_step) steps while blocks suffice).
+//   2. Within `max_batch_tokens` and `max_sessions_per_step`; a piece larger than what is left
+//      of the budget is cut (chunked prefill); a write is cut only if it is a multi-token feed.
+//   3. Admission: sessions not yet admitted (or preempted) come after every running one,
+//      earliest first, and only when their piece fits in the free blocks.
+//   4. Blocks: a running session whose piece needs blocks that are not free preempts by
+//      recompute the most recently admitted running session not planned in this step (itself,
+//      when it is that one): the victim's blocks are freed and it waits for re-admission.
+//
+// Thread-safety: pure function.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace gpeserve::scheduler {
+
+struct SchedulerConfig {
+  int64_t max_batch_tokens = 512;   // tokens in one forward pass
+  int max_sessions_per_step = 64;   // sessions in one forward pass
+};
+
+// A session with work to do.
+struct Candidate {
+  int64_t id = 0;
+  bool runnable = true;     // has work now (else: a running session idle until more source
+                            // arrives, listed only as a possible preemption victim)
+  bool admitted = false;    // running (else waiting for admission)
+  bool write = false;       // its piece samples a token
+  int64_t remaining = 0;    // tokens its piece still has (0: an empty read, no budget)
+  int64_t admit_order = 0;  // order of admission (waiting: of arrival); smaller is older
+  int64_t last_served = -1;  // step it last ran in (-1: never)
+  int64_t blocks_held = 0;   // freed if it is preempted
+  int64_t free_slots = 0;    // token slots left in the last block its piece writes into
+};
+
+struct Piece {
+  int64_t id = 0;
+  int64_t tokens = 0;
+};
+
+struct Plan {
+  std::vector<int64_t> preempted;  // free these sessions' blocks first, in this order
+  std::vector<Piece> pieces;       // then run these
+};
+
+// Blocks a piece of `tokens` needs given `free_slots` in the current last block.
+int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size);
+
+Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
+              int64_t free_blocks, int block_size);
+
+}  // namespace gpeserve::scheduler

@@ -1,0 +1,288 @@
+#include "engine/engine.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/session/runner.h"
+#include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
+
+namespace gpeserve::engine {
+namespace {
+
+// Collects a session's events; Wait() blocks until its final event.
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](const SessionEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(e);
+      if (e.kind != SessionEvent::Kind::kTokens) {
+        ++finals_;
+        done_.notify_all();
+      }
+      return true;
+    };
+  }
+  SessionEvent Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return finals_ > 0; });
+    return events_.back();
+  }
+  std::vector<SessionEvent> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  int finals() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finals_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<SessionEvent> events_;
+  int finals_ = 0;
+};
+
+SessionConfig Config(int wait_k, session::Paradigm paradigm = session::Paradigm::kGpe) {
+  SessionConfig c;
+  c.options.profile = *policy::LoadProfile("qwen2.5");
+  c.options.policy.wait_k = wait_k;
+  c.options.policy.max_new_tokens = 12;
+  c.options.paradigm = paradigm;
+  return c;
+}
+
+std::vector<std::string> Words(std::mt19937& rng) {
+  static const std::vector<std::string> vocabulary = {"the", "cat", "sat", "on",  "a",
+                                                      "mat", "and", "dog", "ran.", "quickly"};
+  std::vector<std::string> words;
+  for (int i = 0, n = 1 + static_cast<int>(rng() % 7); i < n; ++i) {
+    words.push_back(vocabulary[rng() % vocabulary.size()]);
+  }
+  return words;
+}
+
+// What a session produces alone (offline, greedy): the reference for invariant 2 and 3.
+session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
+                             const std::vector<std::string>& words) {
+  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
+  auto pool = kv::KvPool::Create({.block_size = 4, .num_blocks = 512},
+                                 {m.config().num_layers, m.config().num_kv_heads,
+                                  m.config().head_dim},
+                                 m.dtype(), m.device());
+  auto session = session::CreateOfflineSession(m, config.options, words);
+  auto result = session::RunToCompletion(m, **session, *pool, allocator);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return *result;
+}
+
+// Pushes `words` one at a time with random pauses, then ends the source.
+void Feed(SessionHandle& handle, const std::vector<std::string>& words, uint64_t seed) {
+  std::mt19937 rng(seed);
+  for (const std::string& w : words) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    handle.Push({w});
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+  handle.EndSource();
+}
+
+// Invariants 2 and 3: sessions run together, arriving and pushing words at random times,
+// produce exactly the tokens and delays each produces alone offline; the events' tokens add
+// up to the final output; every block is free afterwards.
+TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
+  auto m = testing::TinyChatModel(3);
+  ASSERT_NE(m, nullptr);
+  for (int small_pool = 0; small_pool < 2; ++small_pool) {
+    EngineConfig config;
+    config.block_size = 4;
+    // The small pool forces preemption by recompute.
+    config.kv_blocks = small_pool ? 48 : 2048;
+    config.scheduler.max_batch_tokens = small_pool ? 24 : 64;
+    config.scheduler.max_sessions_per_step = 5;
+    auto engine = Engine::Create(m, config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::mt19937 rng(17 + small_pool);
+    const int n = 12;
+    std::vector<SessionConfig> configs;
+    std::vector<std::vector<std::string>> sources;
+    std::vector<Collector> collectors(n);
+    std::vector<std::thread> feeders;
+    for (int i = 0; i < n; ++i) {
+      const auto paradigm = static_cast<session::Paradigm>(i % 4);
+      configs.push_back(Config(1 + i % 3, paradigm));
+      sources.push_back(Words(rng));
+    }
+    for (int i = 0; i < n; ++i) {
+      auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 100 + i); });
+    }
+    for (auto& t : feeders) t.join();
+    for (int i = 0; i < n; ++i) {
+      const SessionEvent done = collectors[i].Wait();
+      ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+      const session::SessionResult alone = Alone(*m, configs[i], sources[i]);
+      EXPECT_EQ(done.output, alone.output) << "session " << i;
+      EXPECT_EQ(done.delays, alone.delays) << "session " << i;
+      EXPECT_EQ(done.full_text, alone.text);
+      std::vector<int32_t> streamed;
+      for (const SessionEvent& e : collectors[i].events()) {
+        streamed.insert(streamed.end(), e.ids.begin(), e.ids.end());
+      }
+      EXPECT_EQ(streamed, done.output);
+      EXPECT_EQ(collectors[i].finals(), 1);
+    }
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+    if (small_pool) EXPECT_GT(stats.preemptions, 0) << "the small pool should force preemption";
+    EXPECT_GT(stats.step_tokens, stats.steps);  // steps were batched
+  }
+}
+
+// With a seed, sampled output is the same alone and in a crowd.
+TEST(EngineTest, SeededSamplingIsBatchIndependent) {
+  auto m = testing::TinyChatModel(4);
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 2048;
+  auto engine = Engine::Create(m, config);
+  ASSERT_TRUE(engine.ok());
+  SessionConfig sampled = Config(2);
+  sampled.sampling = {.temperature = 0.8, .top_p = 0.95, .seed = 1234};
+  const std::vector<std::string> words = {"the", "cat", "sat", "on", "the", "mat"};
+  auto run = [&](int crowd) {
+    std::vector<Collector> others(crowd);
+    std::vector<std::shared_ptr<SessionHandle>> handles;
+    for (int i = 0; i < crowd; ++i) {
+      SessionConfig c = Config(1);
+      c.sampling = {.temperature = 1.0};
+      handles.push_back(*(*engine)->Open(c, others[i].Callback()));
+      handles.back()->Push({"a", "dog", "ran", "on", "and", "on"});
+      handles.back()->EndSource();
+    }
+    Collector mine;
+    auto h = (*engine)->Open(sampled, mine.Callback());
+    EXPECT_TRUE(h.ok());
+    (*h)->Push(words);
+    (*h)->EndSource();
+    const SessionEvent done = mine.Wait();
+    for (auto& o : others) o.Wait();
+    return done.output;
+  };
+  const std::vector<int32_t> alone = run(0);
+  EXPECT_FALSE(alone.empty());
+  EXPECT_EQ(run(6), alone);
+  EXPECT_EQ(run(3), alone);
+}
+
+// Randomised: open, push, end and cancel in random order from several threads; every session
+// gets exactly one final event and every block is free at the end.
+TEST(EngineTest, RandomOperationsFreeEveryBlock) {
+  auto m = testing::TinyChatModel(5);
+  for (int seed = 0; seed < 4; ++seed) {
+    EngineConfig config;
+    config.block_size = 4;
+    config.kv_blocks = 60 + 40 * seed;
+    config.scheduler.max_batch_tokens = 16 + 16 * seed;
+    config.max_sessions = 10;
+    auto engine = Engine::Create(m, config);
+    ASSERT_TRUE(engine.ok());
+    std::mt19937 rng(seed);
+    const int n = 24;
+    std::vector<Collector> collectors(n);
+    std::vector<std::shared_ptr<SessionHandle>> handles(n);
+    int rejected = 0;
+    for (int op = 0; op < 200; ++op) {
+      const int i = static_cast<int>(rng() % n);
+      if (handles[i] == nullptr) {
+        auto h = (*engine)->Open(Config(1 + rng() % 3, static_cast<session::Paradigm>(rng() % 4)),
+                                 collectors[i].Callback());
+        if (!h.ok()) {
+          EXPECT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted);
+          ++rejected;
+          continue;
+        }
+        handles[i] = *h;
+        continue;
+      }
+      switch (rng() % 4) {
+        case 0:
+        case 1:
+          handles[i]->Push({"word" + std::to_string(op % 7)});
+          break;
+        case 2:
+          handles[i]->EndSource();
+          break;
+        default:
+          if (rng() % 3 == 0) handles[i]->Cancel();
+      }
+      if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    for (auto& h : handles) {
+      if (h) h->EndSource();
+    }
+    for (int i = 0; i < n; ++i) {
+      if (!handles[i]) continue;
+      const SessionEvent last = collectors[i].Wait();
+      EXPECT_NE(last.kind, SessionEvent::Kind::kTokens);
+      EXPECT_EQ(collectors[i].finals(), 1);
+    }
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks) << "seed " << seed;
+    EXPECT_EQ(stats.sessions_running + stats.sessions_waiting, 0);
+  }
+}
+
+// A consumer that refuses events gets its session cancelled with RESOURCE_EXHAUSTED; others
+// are unaffected. Opening beyond max_sessions fails with RESOURCE_EXHAUSTED.
+TEST(EngineTest, SlowConsumerAndLimits) {
+  auto m = testing::TinyChatModel(6);
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 1024;
+  config.max_sessions = 2;
+  auto engine = Engine::Create(m, config);
+  ASSERT_TRUE(engine.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<SessionEvent> refused;
+  auto stubborn = (*engine)->Open(Config(1), [&](const SessionEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    refused.push_back(e);
+    cv.notify_all();
+    return false;
+  });
+  ASSERT_TRUE(stubborn.ok());
+  Collector good;
+  auto fine = (*engine)->Open(Config(1), good.Callback());
+  ASSERT_TRUE(fine.ok());
+  Collector third;
+  EXPECT_EQ((*engine)->Open(Config(1), third.Callback()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  for (auto& h : {*stubborn, *fine}) {
+    h->Push({"the", "cat", "sat"});
+    h->EndSource();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] {
+      return !refused.empty() && refused.back().kind == SessionEvent::Kind::kError;
+    });
+    EXPECT_EQ(refused.back().status.code(), absl::StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(good.Wait().kind, SessionEvent::Kind::kDone);
+  SessionConfig bad = Config(1);
+  bad.sampling.top_p = 2;
+  EXPECT_EQ((*engine)->Open(bad, third.Callback()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpeserve::engine

@@ -1,0 +1,145 @@
+#include "engine/scheduler/scheduler.h"
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace gpeserve::scheduler {
+namespace {
+
+Candidate Write(int64_t id, int64_t order, int64_t last_served = -1) {
+  return {.id = id, .admitted = true, .write = true, .remaining = 1, .admit_order = order,
+          .last_served = last_served, .blocks_held = 2, .free_slots = 5};
+}
+Candidate Read(int64_t id, int64_t order, int64_t tokens, int64_t free_slots = 0) {
+  return {.id = id, .admitted = true, .write = false, .remaining = tokens, .admit_order = order,
+          .last_served = -1, .blocks_held = 1, .free_slots = free_slots};
+}
+
+std::map<int64_t, int64_t> Tokens(const Plan& plan) {
+  std::map<int64_t, int64_t> m;
+  for (const Piece& p : plan.pieces) m[p.id] = p.tokens;
+  return m;
+}
+
+TEST(SchedulerTest, BlocksFor) {
+  EXPECT_EQ(BlocksFor(0, 0, 16), 0);
+  EXPECT_EQ(BlocksFor(3, 3, 16), 0);
+  EXPECT_EQ(BlocksFor(4, 3, 16), 1);
+  EXPECT_EQ(BlocksFor(35, 3, 16), 2);
+  EXPECT_EQ(BlocksFor(36, 3, 16), 3);
+}
+
+// Writes come first; the long read gets what is left of the budget (chunked prefill), and a
+// second read gets nothing this step.
+TEST(SchedulerTest, WritesFirstThenChunkedReads) {
+  const Plan plan = Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
+                             {Read(1, 0, 1000), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000,
+                             16);
+  ASSERT_EQ(plan.pieces.size(), 3u);
+  EXPECT_EQ(plan.pieces[0].id, 2);
+  EXPECT_EQ(plan.pieces[1].id, 4);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {4, 1}, {1, 98}}));
+  EXPECT_TRUE(plan.preempted.empty());
+}
+
+// Random candidate sets: the budget and the session cap always hold, no session appears
+// twice, and the blocks the pieces need never exceed the free ones plus what preemption freed.
+TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    SchedulerConfig config{.max_batch_tokens = 1 + static_cast<int64_t>(rng() % 64),
+                           .max_sessions_per_step = 1 + static_cast<int>(rng() % 6)};
+    std::vector<Candidate> cs;
+    const int n = static_cast<int>(rng() % 10);
+    for (int i = 0; i < n; ++i) {
+      Candidate c;
+      c.id = i;
+      c.runnable = rng() % 5 != 0;
+      c.admitted = rng() % 4 != 0;
+      c.write = rng() % 2 == 0;
+      c.remaining = c.write ? 1 + rng() % 2 : rng() % 40;
+      c.admit_order = rng() % 100;
+      c.last_served = static_cast<int64_t>(rng() % 10) - 1;
+      c.blocks_held = c.admitted ? rng() % 5 : 0;
+      c.free_slots = rng() % 4;
+      cs.push_back(c);
+    }
+    const int64_t free = rng() % 6;
+    const Plan plan = Schedule(config, cs, free, 4);
+    int64_t tokens = 0, blocks = 0, freed = 0;
+    std::set<int64_t> seen;
+    for (int64_t id : plan.preempted) {
+      EXPECT_TRUE(cs[id].admitted);
+      freed += cs[id].blocks_held;
+      EXPECT_TRUE(seen.insert(id).second);
+    }
+    for (const Piece& p : plan.pieces) {
+      EXPECT_TRUE(seen.insert(p.id).second) << "session planned twice or preempted and run";
+      EXPECT_TRUE(cs[p.id].runnable);
+      EXPECT_LE(p.tokens, cs[p.id].remaining);
+      tokens += p.tokens;
+      blocks += BlocksFor(p.tokens, cs[p.id].free_slots, 4);
+    }
+    EXPECT_LE(tokens, config.max_batch_tokens);
+    EXPECT_LE(static_cast<int>(plan.pieces.size()), config.max_sessions_per_step);
+    EXPECT_LE(blocks, free + freed);
+  }
+}
+
+// Aging: with more runnable sessions than fit in one step, each is served within
+// ceil(n / per_step) steps, whatever their admission order.
+TEST(SchedulerTest, EverySessionServedWithinBoundedSteps) {
+  const int n = 11, per_step = 3;
+  std::vector<int64_t> last(n, -1);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<Candidate> cs;
+    for (int i = 0; i < n; ++i) cs.push_back(Write(i, n - i, last[i]));
+    const Plan plan = Schedule({.max_batch_tokens = 512, .max_sessions_per_step = per_step}, cs,
+                               100, 16);
+    ASSERT_EQ(plan.pieces.size(), static_cast<size_t>(per_step));
+    for (const Piece& p : plan.pieces) last[p.id] = step;
+    if (step >= (n + per_step - 1) / per_step) {
+      for (int i = 0; i < n; ++i) {
+        EXPECT_GT(last[i], step - (n + per_step - 1) / per_step) << "session " << i;
+      }
+    }
+  }
+}
+
+// Out of blocks: the most recently admitted running session not planned is preempted; a
+// session that is itself the latest preempts itself; waiting sessions are not admitted.
+TEST(SchedulerTest, PreemptsTheMostRecentlyAdmitted) {
+  Candidate a = Write(1, 0), b = Write(2, 1), c = Write(3, 2);
+  a.free_slots = b.free_slots = c.free_slots = 0;  // each needs a new block
+  c.blocks_held = 4;
+  Plan plan = Schedule({}, {a, b, c}, 1, 16);
+  // a takes the free block; b needs one: c (admitted last) is preempted and frees 4.
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{3});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
+
+  plan = Schedule({}, {a, b}, 1, 16);
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{2});  // b is the latest: itself
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));
+
+  Candidate waiting = Read(9, 5, 40);
+  waiting.admitted = false;
+  plan = Schedule({}, {a, waiting}, 2, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));  // 40 tokens need 3 blocks
+  EXPECT_TRUE(plan.preempted.empty());
+  plan = Schedule({}, {a, waiting}, 4, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {9, 40}}));
+
+  // An idle running session (waiting for source) can be the victim.
+  Candidate idle = Write(4, 9);
+  idle.runnable = false;
+  idle.blocks_held = 3;
+  plan = Schedule({}, {a, b, idle}, 1, 16);
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{4});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
+}
+
+}  // namespace
+}  // namespace gpeserve::scheduler

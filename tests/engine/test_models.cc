@@ -1,0 +1,36 @@
+#include "tests/engine/test_models.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/model/make_model.h"
+#include "gtest/gtest.h"
+#include "tests/engine/tokenizer/test_tokenizers.h"
+
+namespace gpeserve::testing {
+
+std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "gpe_tiny_chat_models";
+  fs::create_directories(dir / "tok");
+  std::ofstream((dir / "tok" / "tokenizer.json").string())
+      << tokenizer::testing::ByteLevelJson(
+             {}, {},
+             nlohmann::json::array({tokenizer::testing::Added(256, "<|im_start|>", true),
+                                    tokenizer::testing::Added(257, "<|im_end|>", true)}))
+             .dump();
+  std::ofstream((dir / "tok" / "tokenizer_config.json").string())
+      << R"({"eos_token": "<|im_end|>"})";
+  model::MakeModelOptions o;
+  o.arch = "qwen2";
+  o.tokenizer_dir = (dir / "tok").string();
+  o.seed = seed;
+  o.init_std = 0.3;
+  const std::string out = (dir / ("model" + std::to_string(seed))).string();
+  EXPECT_TRUE(model::MakeModel(o, out).ok());
+  auto m = model::Model::Load(out, {.threads = 2});
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : nullptr;
+}
+
+}  // namespace gpeserve::testing
