@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "engine/model/make_model.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
@@ -11,7 +13,10 @@ namespace gpeserve::testing {
 
 std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "gpe_tiny_chat_models";
+  // One folder per process: test binaries run in parallel, and rewriting a safetensors file
+  // that another process has memory-mapped would crash it (SIGBUS).
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("gpe_tiny_chat_models_" + std::to_string(::getpid()));
   fs::create_directories(dir / "tok");
   std::ofstream((dir / "tok" / "tokenizer.json").string())
       << tokenizer::testing::ByteLevelJson(
@@ -30,6 +35,7 @@ std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
   EXPECT_TRUE(model::MakeModel(o, out).ok());
   auto m = model::Model::Load(out, {.threads = 2});
   EXPECT_TRUE(m.ok()) << m.status();
+  fs::remove_all(dir);  // the loaded model keeps its mapping of the removed file
   return m.ok() ? *m : nullptr;
 }
 
