@@ -17,19 +17,6 @@ namespace {
 
 enum CommandKind { kOpen, kPush, kEnd, kCancel };
 
-const char* ReasonName(policy::DoneReason reason) {
-  switch (reason) {
-    case policy::DoneReason::kEndOfSequence:
-      return "end_of_sequence";
-    case policy::DoneReason::kMaxNewTokens:
-      return "max_new_tokens";
-    case policy::DoneReason::kMaxLag:
-      return "max_lag";
-    case policy::DoneReason::kNone:
-      break;
-  }
-  return "none";
-}
 
 // A session as the loop thread sees it.
 struct Live {
@@ -302,7 +289,7 @@ void Engine::Impl::Loop(const model::Model& model) {
     }
     for (int64_t id : done) {
       Live& live = *sessions[id];
-      Finish(id, DoneEvent(live, ReasonName(live.session->done_reason())));
+      Finish(id, DoneEvent(live, policy::DoneReasonName(live.session->done_reason())));
     }
 
     std::vector<scheduler::Candidate> candidates;
@@ -377,6 +364,7 @@ void Engine::Impl::Loop(const model::Model& model) {
       continue;
     }
     ++counters.steps;
+    counters.step_sessions += static_cast<int64_t>(works.size());
     int64_t row = 0;
     std::vector<int64_t> ids;
     for (Live* live : ran) ids.push_back(live->id);

@@ -76,6 +76,7 @@ struct EngineStats {
   int64_t sessions_waiting = 0;  // open, not admitted (new or preempted)
   int64_t steps = 0;
   int64_t step_tokens = 0;       // tokens computed over all steps
+  int64_t step_sessions = 0;     // sessions served over all steps (pieces run)
   int64_t source_tokens = 0;     // source tokens read by finished and running sessions
   int64_t generated_tokens = 0;  // output tokens emitted
   int64_t preemptions = 0;

@@ -2,57 +2,25 @@
 // (re-encode) as the source grows. Both run the same session loop; the target is scripted
 // (every write emits the same number of tokens per source word) so that the two paradigms do
 // the same reads and writes and differ only in what they compute.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "engine/cli/args.h"
+#include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
-#include "engine/model/make_model.h"
 #include "engine/session/runner.h"
-#include "engine/tokenizer/bpe_trainer.h"
 
 namespace gpeserve::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-const std::vector<std::string>& SourceWords() {
-  static const std::vector<std::string> words = {
-      "the",  "speaker", "said", "that",  "our",    "city", "will", "build", "a",
-      "new",  "bridge",  "over", "the",   "river",  "next", "year", "and",   "many",
-      "people", "think", "it",   "is",    "a",      "good", "idea", "for",   "everyone"};
-  return words;
-}
-
-// A small tokenizer for a --preset model, trained on the benchmark's own words.
-absl::Status WriteTokenizer(const std::filesystem::path& dir) {
-  std::vector<std::string> texts;
-  for (int i = 0; i < 50; ++i) {
-    std::string line;
-    for (const std::string& w : SourceWords()) absl::StrAppend(&line, line.empty() ? "" : " ", w);
-    texts.push_back(line + " mot x.");
-  }
-  tokenizer::BpeTrainerConfig config;
-  config.vocab_size = 600;
-  auto trained = tokenizer::TrainByteLevelBpe(texts, config);
-  if (!trained.ok()) return trained.status();
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "tokenizer.json") << trained->tokenizer.dump();
-  std::ofstream(dir / "tokenizer_config.json") << trained->config.dump();
-  return absl::OkStatus();
-}
 
 struct ReadCost {
   double seconds = 0;  // the read and the first forward of the write after it
@@ -156,13 +124,9 @@ int BenchStreamCommand(int argc, char** argv, int first) {
   }
   int wait_k = 0, at = 0, per_word = 0, threads = 0, block_size = 0;
   std::vector<int> lengths;
-  for (absl::string_view part : absl::StrSplit(*args.Get("words"), ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      std::cerr << "gpe: --words takes positive whole numbers separated by commas\n";
-      return 2;
-    }
-    lengths.push_back(n);
+  if (!ParsePositiveList(*args.Get("words"), &lengths)) {
+    std::cerr << "gpe: --words takes positive whole numbers separated by commas\n";
+    return 2;
   }
   if (!absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
       !absl::SimpleAtoi(*args.Get("at"), &at) || at < 1 ||
@@ -174,28 +138,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
     return 2;
   }
 
-  std::string dir;
-  std::filesystem::path temp;
-  if (auto model = args.Get("model")) {
-    dir = *model;
-  } else {
-    temp = std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-stream-", ::getpid());
-    model::MakeModelOptions o;
-    o.preset = *args.Get("preset");
-    o.tokenizer_dir = (temp / "tokenizer").string();
-    o.dtype = *args.Get("dtype") == "fp32" ? model::DType::kF32 : model::DType::kBF16;
-    std::cerr << "gpe: writing a random " << o.preset << " model to " << temp << "\n";
-    absl::Status s = WriteTokenizer(o.tokenizer_dir);
-    if (s.ok()) s = model::MakeModel(o, (temp / "model").string());
-    if (!s.ok()) {
-      std::cerr << "gpe: " << s.message() << "\n";
-      std::filesystem::remove_all(temp);
-      return 1;
-    }
-    dir = (temp / "model").string();
-  }
-  auto loaded = model::Model::Load(dir, {.dtype = *args.Get("dtype"), .threads = threads});
-  if (!temp.empty()) std::filesystem::remove_all(temp);  // the mapping stays valid
+  auto loaded = LoadBenchModel(args.Get("model"), *args.Get("preset"), *args.Get("dtype"), threads);
   if (!loaded.ok()) {
     std::cerr << "gpe: " << loaded.status().message() << "\n";
     return 1;
@@ -227,7 +170,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
       c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
       *args.Get("dtype"), torch::get_num_threads(), wait_k, per_word);
   {  // Warm-up: one short session.
-    std::vector<std::string> words(SourceWords().begin(), SourceWords().begin() + 8);
+    const std::vector<std::string> words = BenchSource(8);
     auto warm = RunScripted(m, options, words, per_word, *pool, allocator);
     if (!warm.ok()) {
       std::cerr << "gpe: " << warm.status().message() << "\n";
@@ -238,8 +181,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
                                "early reads ms (tokens)", "last reads ms (tokens)", "last/early",
                                "total s", "fwd tok", "vs gpe");
   for (int n : lengths) {
-    std::vector<std::string> words;
-    for (int i = 0; i < n; ++i) words.push_back(SourceWords()[i % SourceWords().size()]);
+    const std::vector<std::string> words = BenchSource(n);
     double gpe_seconds = 0;
     for (session::Paradigm paradigm : {session::Paradigm::kGpe, session::Paradigm::kReencode}) {
       options.paradigm = paradigm;

@@ -11,6 +11,7 @@ int MakeModelCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int BenchStreamCommand(int argc, char** argv, int first);
+int BenchCommand(int argc, char** argv, int first);
 int ScoreCommand(int argc, char** argv, int first);
 int EvalCommand(int argc, char** argv, int first);
 

@@ -3,8 +3,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -14,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/cli/args.h"
 #include "engine/cli/commands.h"
+#include "engine/engine.h"
 #include "engine/eval/bleu.h"
 #include "engine/eval/latency.h"
 #include "engine/session/runner.h"
@@ -27,26 +33,115 @@ int Fail(const std::string& message, int code = 1) {
   return code;
 }
 
-const char* ReasonName(policy::DoneReason reason) {
-  switch (reason) {
-    case policy::DoneReason::kEndOfSequence:
-      return "end_of_sequence";
-    case policy::DoneReason::kMaxNewTokens:
-      return "max_new_tokens";
-    case policy::DoneReason::kMaxLag:
-      return "max_lag";
-    case policy::DoneReason::kNone:
-      return "none";
+// What one sentence produced.
+struct ItemResult {
+  std::string text;
+  std::vector<int32_t> output;
+  std::vector<int64_t> delays;
+  int64_t source_units = 0;
+  session::SessionCounters counters;
+  std::string reason;
+};
+
+using Progress = std::function<void(size_t finished)>;
+
+// One sentence at a time, each session alone on the model.
+absl::Status RunSequential(const model::Model& model, const session::SessionOptions& options,
+                           const std::vector<std::vector<std::string>>& sources, int block_size,
+                           int kv_blocks, const Progress& progress,
+                           std::vector<ItemResult>* results) {
+  const model::ModelConfig& c = model.config();
+  kv::BlockAllocator allocator({.block_size = block_size, .num_blocks = kv_blocks});
+  auto pool = kv::KvPool::Create({.block_size = block_size, .num_blocks = kv_blocks},
+                                 {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype(),
+                                 model.device());
+  if (!pool.ok()) return pool.status();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    auto session = session::CreateOfflineSession(model, options, sources[i]);
+    if (!session.ok()) {
+      return absl::Status(session.status().code(),
+                          absl::StrFormat("item %d: %s", i, session.status().message()));
+    }
+    auto r = session::RunToCompletion(model, **session, *pool, allocator);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrFormat("item %d: %s", i, r.status().message()));
+    }
+    (*results)[i] = {r->text,           r->output,   r->delays,
+                     r->source_units,   r->counters, policy::DoneReasonName(r->reason)};
+    progress(i + 1);
   }
-  return "none";
+  return absl::OkStatus();
 }
+
+// Up to `concurrency` sentences in flight on the engine (continuous batching); each session
+// gets its whole source at once, so its output equals the sequential run's.
+absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
+                         const engine::EngineConfig& config,
+                         const session::SessionOptions& options,
+                         const std::vector<std::vector<std::string>>& sources, int concurrency,
+                         const Progress& progress, std::vector<ItemResult>* results,
+                         engine::EngineStats* stats) {
+  auto eng = engine::Engine::Create(std::move(model), config);
+  if (!eng.ok()) return eng.status();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<size_t, engine::SessionEvent>> finished;  // guarded by mu
+  std::map<size_t, std::shared_ptr<engine::SessionHandle>> in_flight;
+  size_t next = 0, done = 0;
+  absl::Status failure;
+  while (done < sources.size() && failure.ok()) {
+    while (next < sources.size() && in_flight.size() < static_cast<size_t>(concurrency)) {
+      const size_t index = next++;
+      auto handle = (*eng)->Open({.options = options}, [&, index](const engine::SessionEvent& e) {
+        if (e.kind == engine::SessionEvent::Kind::kTokens) return true;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          finished.emplace_back(index, e);
+        }
+        cv.notify_one();
+        return true;
+      });
+      if (!handle.ok()) {
+        failure = absl::Status(handle.status().code(),
+                               absl::StrFormat("item %d: %s", index, handle.status().message()));
+        break;
+      }
+      (*handle)->Push(sources[index]);
+      (*handle)->EndSource();
+      in_flight[index] = *handle;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !finished.empty(); });
+    while (!finished.empty()) {
+      auto [index, e] = std::move(finished.front());
+      finished.pop_front();
+      in_flight.erase(index);
+      ++done;
+      if (e.kind == engine::SessionEvent::Kind::kError) {
+        if (failure.ok()) {
+          failure = absl::Status(e.status.code(),
+                                 absl::StrFormat("item %d: %s", index, e.status.message()));
+        }
+        continue;
+      }
+      (*results)[index] = {e.full_text, e.output, e.delays, e.source_units, e.counters, e.reason};
+    }
+    lock.unlock();
+    progress(done);
+  }
+  *stats = (*eng)->stats();
+  (*eng)->Shutdown();
+  return failure;
+}
+
 
 }  // namespace
 
 int EvalCommand(int argc, char** argv, int first) {
   Args args("gpe eval --model DIR --data FILE.json [options]",
             "Runs every item of a data set (a JSON array of objects with source and target\n"
-            "strings) through a session, one at a time, and prints corpus BLEU (sacreBLEU\n"
+            "strings) through a session (one at a time, or --concurrency sessions at once on\n"
+            "the engine, batched into shared forward passes) and prints corpus BLEU (sacreBLEU\n"
             "defaults), AL and LAAL (in source units: words + the end segment), tokens per\n"
             "sentence and wall time per sentence. Paradigms (docs/GPE.md): gpe (group\n"
             "positions), reencode (batch-streaming: re-encode the target after each read),\n"
@@ -69,6 +164,10 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "fp32");
   args.AddString("device", "cpu|cuda", "device", "cpu");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
+  args.AddString("concurrency", "N",
+                 "sessions in flight on the engine (1: one at a time, without the engine)", "1");
+  args.AddString("max_batch_tokens", "N", "engine: tokens in one forward pass", "512");
+  args.AddString("max_sessions_per_step", "N", "engine: sessions in one forward pass", "64");
   args.AddString("kv_blocks", "N", "KV cache blocks", "1024");
   args.AddString("block_size", "N", "tokens per KV block", "16");
   bool help = false;
@@ -84,18 +183,24 @@ int EvalCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: --model and --data are required\n\n" << args.Help();
     return 2;
   }
-  int wait_k, max_new, threads, kv_blocks, block_size, limit = -1;
+  int wait_k = 0, max_new = 0, threads = 0, kv_blocks = 0, block_size = 0, concurrency = 0,
+      max_batch_tokens = 0, max_per_step = 0, limit = -1;
   int64_t phi = -1;
   if (!absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
       !absl::SimpleAtoi(*args.Get("max_new_tokens"), &max_new) || max_new < 1 ||
       !absl::SimpleAtoi(*args.Get("threads"), &threads) ||
       !absl::SimpleAtoi(*args.Get("kv_blocks"), &kv_blocks) || kv_blocks < 1 ||
       !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
+      !absl::SimpleAtoi(*args.Get("concurrency"), &concurrency) || concurrency < 1 ||
+      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_batch_tokens) ||
+      max_batch_tokens < 1 ||
+      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
       (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit)) ||
       (args.Get("phi") && (!absl::SimpleAtoi(*args.Get("phi"), &phi) || phi < 0))) {
     return Fail(
-        "--wait_k, --max_new_tokens, --kv_blocks, --block_size take positive whole "
-        "numbers; --phi, --limit, --threads whole numbers",
+        "--wait_k, --max_new_tokens, --kv_blocks, --block_size, --concurrency, "
+        "--max_batch_tokens, --max_sessions_per_step take positive whole numbers; --phi, "
+        "--limit, --threads whole numbers",
         2);
   }
   const std::string mode = *args.Get("mode"), paradigm = *args.Get("paradigm");
@@ -141,73 +246,97 @@ int EvalCommand(int argc, char** argv, int first) {
       *args.Get("model"),
       {.dtype = *args.Get("dtype"), .device = *args.Get("device"), .threads = threads});
   if (!model.ok()) return Fail(std::string(model.status().message()));
-  const model::ModelConfig& c = (*model)->config();
-  kv::BlockAllocator allocator({.block_size = block_size, .num_blocks = kv_blocks});
-  auto pool = kv::KvPool::Create({.block_size = block_size, .num_blocks = kv_blocks},
-                                 {c.num_layers, c.num_kv_heads, c.head_dim}, (*model)->dtype(),
-                                 (*model)->device());
-  if (!pool.ok()) return Fail(std::string(pool.status().message()));
-
   std::ofstream out;
   if (auto path = args.Get("out")) {
     out.open(*path);
     if (!out) return Fail(*path + ": cannot create file");
   }
+  std::vector<std::vector<std::string>> sources;
+  for (size_t i = 0; i < count; ++i) {
+    sources.push_back(absl::StrSplit(data[i][source_key].get<std::string>(), ' ',
+                                     absl::SkipWhitespace()));
+  }
   const bool tty = ::isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const Progress progress = [&](size_t finished) {
+    if (tty) {
+      std::fprintf(stderr, "\r[%zu/%zu] %.1f s", finished, count, elapsed());
+    } else if (finished % 10 == 0 || finished == count) {
+      std::fprintf(stderr, "gpe: %zu/%zu sentences, %.1f s\n", finished, count, elapsed());
+    }
+  };
+  std::vector<ItemResult> results(count);
+  absl::Status run;
+  engine::EngineStats stats;
+  if (concurrency == 1) {
+    run = RunSequential(**model, options, sources, block_size, kv_blocks, progress, &results);
+  } else {
+    engine::EngineConfig config;
+    config.block_size = block_size;
+    config.kv_blocks = kv_blocks;
+    config.scheduler.max_batch_tokens = max_batch_tokens;
+    config.scheduler.max_sessions_per_step = max_per_step;
+    config.max_sessions = concurrency;
+    run = RunOnEngine(*model, config, options, sources, concurrency, progress, &results,
+                      &stats);
+  }
+  const double seconds = elapsed();
+  if (tty) std::fprintf(stderr, "\n");
+  if (!run.ok()) return Fail(std::string(run.message()));
+
   std::vector<std::string> hyps, refs;
-  double al_sum = 0, laal_sum = 0, seconds = 0;
+  double al_sum = 0, laal_sum = 0;
   int64_t source_tokens = 0, target_tokens = 0, forward_tokens = 0;
   for (size_t i = 0; i < count; ++i) {
-    const std::string source = data[i][source_key].get<std::string>();
+    const ItemResult& result = results[i];
     const std::string reference = data[i][target_key].get<std::string>();
-    const std::vector<std::string> words = absl::StrSplit(source, ' ', absl::SkipWhitespace());
-    const auto start = std::chrono::steady_clock::now();
-    auto session = session::CreateOfflineSession(**model, options, words);
-    if (!session.ok()) return Fail(absl::StrFormat("item %d: %s", i, session.status().message()));
-    auto result = session::RunToCompletion(**model, **session, *pool, allocator);
-    if (!result.ok()) return Fail(absl::StrFormat("item %d: %s", i, result.status().message()));
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::vector<std::string> target_words =
-        absl::StrSplit(result->text, ' ', absl::SkipWhitespace());
-    const std::vector<double> delays(result->delays.begin(), result->delays.end());
-    const double x = static_cast<double>(result->source_units);
+        absl::StrSplit(result.text, ' ', absl::SkipWhitespace());
+    const std::vector<double> delays(result.delays.begin(), result.delays.end());
+    const double x = static_cast<double>(result.source_units);
     const double y = static_cast<double>(target_words.size());
     al_sum += eval::AverageLagging(delays, x, y);
     laal_sum += eval::LengthAdaptiveAverageLagging(delays, x, y);
-    source_tokens += result->counters.source_tokens;
-    target_tokens += static_cast<int64_t>(result->output.size());
-    forward_tokens += result->counters.forward_tokens;
-    hyps.push_back(result->text);
+    source_tokens += result.counters.source_tokens;
+    target_tokens += static_cast<int64_t>(result.output.size());
+    forward_tokens += result.counters.forward_tokens;
+    hyps.push_back(result.text);
     refs.push_back(reference);
     if (out.is_open()) {
-      out << nlohmann::json{{"source", source},
+      out << nlohmann::json{{"source", data[i][source_key].get<std::string>()},
                             {"reference", reference},
-                            {"output", result->text},
-                            {"output_ids", result->output},
-                            {"delays", result->delays},
-                            {"forward_tokens", result->counters.forward_tokens},
-                            {"reason", ReasonName(result->reason)}}
+                            {"output", result.text},
+                            {"output_ids", result.output},
+                            {"delays", result.delays},
+                            {"forward_tokens", result.counters.forward_tokens},
+                            {"reason", result.reason}}
                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
           << "\n";
     }
-    if (tty) {
-      std::fprintf(stderr, "\r[%zu/%zu] %.1f s", i + 1, count, seconds);
-    } else if ((i + 1) % 10 == 0 || i + 1 == count) {
-      std::fprintf(stderr, "gpe: %zu/%zu sentences, %.1f s\n", i + 1, count, seconds);
-    }
   }
-  if (tty) std::fprintf(stderr, "\n");
   const double n = std::max<double>(1, static_cast<double>(count));
   const eval::BleuScore bleu = eval::CorpusBleu(hyps, refs);
   std::cout << bleu.ToString() << "\n"
             << "signature: " << eval::BleuScore::Signature() << "\n"
-            << absl::StrFormat("AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, k=%d)\n",
-                               al_sum / n, laal_sum / n, count,
-                               mode == "batch" ? "batch" : paradigm, wait_k)
+            << absl::StrFormat(
+                   "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, k=%d, "
+                   "concurrency %d)\n",
+                   al_sum / n, laal_sum / n, count, mode == "batch" ? "batch" : paradigm, wait_k,
+                   concurrency)
             << absl::StrFormat(
                    "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens, "
-                   "%.1f ms\n",
+                   "%.1f ms of wall time\n",
                    source_tokens / n, target_tokens / n, forward_tokens / n, 1e3 * seconds / n);
+  if (concurrency > 1) {
+    std::cout << absl::StrFormat(
+        "engine: %d steps, %.1f tokens and %.1f sessions per step, %d preemptions\n",
+        stats.steps, stats.steps > 0 ? static_cast<double>(stats.step_tokens) / stats.steps : 0.0,
+        stats.steps > 0 ? static_cast<double>(stats.step_sessions) / stats.steps : 0.0,
+        stats.preemptions);
+  }
   return 0;
 }
 

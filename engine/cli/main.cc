@@ -18,6 +18,7 @@ constexpr char kUsage[] =
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
     "  bench-forward  time decode and prefill against the memory roofline\n"
     "  bench-stream   cost per read as the source grows: gpe vs reencode\n"
+    "  bench          engine throughput and latency as concurrent sessions grow\n"
     "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n"
     "  eval         run a data set through streaming sessions: BLEU, AL, LAAL\n";
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
   if (command == "bench-stream") return gpeserve::cli::BenchStreamCommand(argc, argv, 2);
+  if (command == "bench") return gpeserve::cli::BenchCommand(argc, argv, 2);
   if (command == "score") return gpeserve::cli::ScoreCommand(argc, argv, 2);
   if (command == "eval") return gpeserve::cli::EvalCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);

@@ -5,6 +5,20 @@
 #include "engine/tokenizer/unicode.h"
 
 namespace gpeserve::policy {
+
+const char* DoneReasonName(DoneReason reason) {
+  switch (reason) {
+    case DoneReason::kEndOfSequence:
+      return "end_of_sequence";
+    case DoneReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case DoneReason::kMaxLag:
+      return "max_lag";
+    case DoneReason::kNone:
+      break;
+  }
+  return "none";
+}
 namespace {
 
 std::string_view Trim(std::string_view s) {

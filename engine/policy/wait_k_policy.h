@@ -36,6 +36,8 @@ struct PolicyConfig {
 
 // Why a session ended.
 enum class DoneReason { kNone, kEndOfSequence, kMaxNewTokens, kMaxLag };
+// "end_of_sequence", "max_new_tokens", "max_lag" or "none" (the names events and files use).
+const char* DoneReasonName(DoneReason reason);
 
 class WaitKPolicy {
  public:

@@ -141,7 +141,9 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
     }
     const EngineStats stats = (*engine)->stats();
     EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
-    if (small_pool) EXPECT_GT(stats.preemptions, 0) << "the small pool should force preemption";
+    if (small_pool) {
+      EXPECT_GT(stats.preemptions, 0) << "the small pool should force preemption";
+    }
     EXPECT_GT(stats.step_tokens, stats.steps);  // steps were batched
   }
 }

@@ -6,6 +6,7 @@ Only the standard library is used.
 """
 import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -105,6 +106,36 @@ def main():
                                 "30", "--threads", "1", "--out", results])
             forward[paradigm] = json.loads(open(results).read())["forward_tokens"] if rc == 0 else 0
         check("reencode computes more than gpe", forward["reencode"] > forward["gpe"] > 0, forward)
+        # The engine (--concurrency) gives every sentence what it gets alone, also when the
+        # KV cache is small enough to force preemption and the token budget splits reads.
+        many = os.path.join(tmp, "many.json")
+        rng_words = "the dog sees cat in a big garden today and runs home fast".split()
+        with open(many, "w") as f:
+            json.dump([{"en": " ".join(rng_words[(3 * i) % 7:(3 * i) % 7 + 2 + i % 6]),
+                        "de": "x"} for i in range(9)], f)
+        for paradigm in ("gpe", "reencode"):
+            outputs = {}
+            for concurrency in ("1", "4"):
+                results = os.path.join(tmp, f"many-{paradigm}-{concurrency}.jsonl")
+                rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", many,
+                                    "--paradigm", paradigm, "--wait_k", "2",
+                                    "--max_new_tokens", "12", "--threads", "1",
+                                    "--concurrency", concurrency, "--kv_blocks", "25",
+                                    "--block_size", "4", "--max_batch_tokens", "6",
+                                    "--out", results])
+                check(f"eval {paradigm} --concurrency {concurrency} exits 0", rc == 0, err)
+                if concurrency == "4":
+                    m = re.search(r"engine: (\d+) steps, ([\d.]+) tokens and ([\d.]+) sessions "
+                                  r"per step, (\d+) preemptions", out)
+                    check(f"eval {paradigm}: batched steps and preemption",
+                          m is not None and float(m.group(3)) > 1 and int(m.group(4)) > 0, out)
+                outputs[concurrency] = [(l["output_ids"], l["delays"], l["forward_tokens"] > 0)
+                                        for l in map(json.loads, open(results))] if rc == 0 else []
+            check(f"eval {paradigm}: concurrent sessions == one at a time",
+                  len(outputs["1"]) == 9 and
+                  [o[:2] for o in outputs["4"]] == [o[:2] for o in outputs["1"]], outputs)
+        rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--concurrency", "0"])
+        check("bad concurrency exits 2", rc == 2 and "--concurrency" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",
                           "sideways"])
         check("unknown paradigm exits 2", rc == 2 and "--paradigm takes gpe" in err, err)
@@ -112,7 +143,7 @@ def main():
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 
     for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "logits",
-                    "bench-forward", "score", "eval"):
+                    "bench-forward", "bench-stream", "bench", "score", "eval"):
         rc, out, _ = run([gpe, command, "--help"])
         check(f"{command} --help", rc == 0 and "usage: gpe " + command in out, out)
     rc, out, _ = run([gpe, "--help"])

@@ -1,0 +1,234 @@
+// gpe bench: throughput and latency of the engine (continuous batching) as the number of
+// concurrent sessions grows. Every session streams the same kind of source (--words words,
+// all available at once) through the wait-k policy and writes --target_tokens tokens (greedy,
+// end-of-sequence ignored) so that every row does the same work per session.
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "engine/cli/args.h"
+#include "engine/cli/bench_util.h"
+#include "engine/cli/commands.h"
+#include "engine/engine.h"
+#include "engine/model/model.h"
+
+namespace gpeserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Nearest-rank percentile of unsorted values (0 when empty).
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+struct Row {
+  int sessions = 0;
+  double seconds = 0;
+  int64_t target_tokens = 0;
+  int64_t source_tokens = 0;
+  double ttft_p50 = 0, ttft_p99 = 0;  // ms from Open to the first token
+  double itl_p50 = 0, itl_p99 = 0;    // ms between consecutive tokens of a session
+  double tokens_per_step = 0;
+  double sessions_per_step = 0;
+};
+
+// Runs `n` sessions at once on `engine` and measures them.
+absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& config,
+                           const std::vector<std::string>& words, int n) {
+  struct Trace {
+    Clock::time_point open;
+    std::vector<Clock::time_point> tokens;  // arrival of each token (loop thread)
+    int64_t source_tokens = 0;
+    int64_t output_tokens = 0;
+    absl::Status status;
+    bool done = false;
+  };
+  std::vector<Trace> traces(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;  // guarded by mu
+  const engine::EngineStats before = eng.stats();
+  std::vector<std::shared_ptr<engine::SessionHandle>> handles;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    traces[i].open = Clock::now();
+    auto handle = eng.Open(config, [&, i](const engine::SessionEvent& e) {
+      Trace& t = traces[i];
+      if (e.kind == engine::SessionEvent::Kind::kTokens) {
+        t.tokens.insert(t.tokens.end(), e.ids.size(), Clock::now());
+        return true;
+      }
+      t.source_tokens = e.counters.source_tokens;
+      t.output_tokens = static_cast<int64_t>(e.output.size());
+      t.status = e.kind == engine::SessionEvent::Kind::kError ? e.status : absl::OkStatus();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        t.done = true;
+        ++finished;
+      }
+      cv.notify_one();
+      return true;
+    });
+    if (!handle.ok()) return handle.status();
+    (*handle)->Push(words);
+    (*handle)->EndSource();
+    handles.push_back(*handle);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == n; });
+  }
+  const Clock::time_point end = Clock::now();
+  const engine::EngineStats after = eng.stats();
+  Row row;
+  row.sessions = n;
+  row.seconds = std::chrono::duration<double>(end - start).count();
+  std::vector<double> ttft, itl;
+  for (const Trace& t : traces) {
+    if (!t.status.ok()) return t.status;
+    row.source_tokens += t.source_tokens;
+    row.target_tokens += t.output_tokens;
+    if (t.tokens.empty()) continue;
+    ttft.push_back(Ms(t.tokens.front() - t.open));
+    for (size_t j = 1; j < t.tokens.size(); ++j) itl.push_back(Ms(t.tokens[j] - t.tokens[j - 1]));
+  }
+  row.ttft_p50 = Percentile(ttft, 50);
+  row.ttft_p99 = Percentile(ttft, 99);
+  row.itl_p50 = Percentile(itl, 50);
+  row.itl_p99 = Percentile(itl, 99);
+  const int64_t steps = after.steps - before.steps;
+  row.tokens_per_step =
+      steps > 0 ? static_cast<double>(after.step_tokens - before.step_tokens) / steps : 0;
+  row.sessions_per_step =
+      steps > 0 ? static_cast<double>(after.step_sessions - before.step_sessions) / steps : 0;
+  return row;
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv, int first) {
+  Args args("gpe bench (--preset NAME | --model DIR) [options]",
+            "Runs --sessions concurrent streaming sessions on one engine for each count and\n"
+            "prints aggregate target and source tokens/s, time to first token and inter-token\n"
+            "latency (p50, p99), average tokens and sessions per forward step, and each row's\n"
+            "target throughput relative to the first row. Each session gets --words source\n"
+            "words at once (wait-k reads them as the policy asks) and writes --target_tokens\n"
+            "tokens, greedy, end-of-sequence ignored.");
+  args.AddString("preset", "NAME", "make a random-weight model of this preset", "qwen2.5-0.5b");
+  args.AddString("model", "DIR", "an existing model folder instead of --preset");
+  args.AddString("sessions", "N,N", "concurrent sessions per row", "1,8,32,64");
+  args.AddString("words", "N", "source words per session", "40");
+  args.AddString("wait_k", "K", "source words read before the first write", "3");
+  args.AddString("target_tokens", "N", "target tokens per session (default: 2 per word)");
+  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
+  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
+  args.AddString("block_size", "N", "tokens per KV block", "16");
+  args.AddString("max_batch_tokens", "N", "tokens in one forward pass", "512");
+  args.AddString("max_sessions_per_step", "N", "sessions in one forward pass", "64");
+  bool help = false;
+  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
+    return 2;
+  }
+  if (help) {
+    std::cout << args.Help();
+    return 0;
+  }
+  std::vector<int> counts;
+  int words = 0, wait_k = 0, target = 0, threads = 0, block_size = 0, max_tokens = 0,
+      max_per_step = 0;
+  if (!ParsePositiveList(*args.Get("sessions"), &counts) ||
+      !absl::SimpleAtoi(*args.Get("words"), &words) || words < 1 ||
+      !absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
+      (args.Get("target_tokens") &&
+       (!absl::SimpleAtoi(*args.Get("target_tokens"), &target) || target < 1)) ||
+      !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
+      !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
+      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_tokens) || max_tokens < 1 ||
+      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1) {
+    std::cerr << "gpe: --sessions takes positive whole numbers separated by commas; --words, "
+                 "--wait_k, --target_tokens, --block_size, --max_batch_tokens, "
+                 "--max_sessions_per_step positive whole numbers; --threads a whole number\n";
+    return 2;
+  }
+  if (target == 0) target = 2 * words;
+  auto loaded = LoadBenchModel(args.Get("model"), *args.Get("preset"), *args.Get("dtype"), threads);
+  if (!loaded.ok()) {
+    std::cerr << "gpe: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  const std::shared_ptr<const model::Model> m = *loaded;
+  auto profile = policy::LoadProfile("qwen2.5");
+  if (!profile.ok()) return 1;
+  engine::SessionConfig config;
+  config.options.profile = *profile;
+  config.options.policy.wait_k = wait_k;
+  config.options.policy.max_new_tokens = target;
+  config.options.policy.ignore_eos = true;
+  config.options.policy.max_lag_words = 1 << 20;
+
+  // Room for every session of the largest row: prompt, source and target with slack.
+  const std::vector<std::string> source = BenchSource(words);
+  const int most = *std::max_element(counts.begin(), counts.end());
+  const int64_t per_session = (64 + 4 * words + target) / block_size + 6;
+  engine::EngineConfig engine_config;
+  engine_config.block_size = block_size;
+  engine_config.kv_blocks = most * per_session + 16;
+  engine_config.scheduler.max_batch_tokens = max_tokens;
+  engine_config.scheduler.max_sessions_per_step = max_per_step;
+  engine_config.max_sessions = most;
+  auto eng = engine::Engine::Create(m, engine_config);
+  if (!eng.ok()) {
+    std::cerr << "gpe: " << eng.status().message() << "\n";
+    return 1;
+  }
+  const model::ModelConfig& c = m->config();
+  std::cout << absl::StrFormat(
+      "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
+      "session; max_batch_tokens %d\n",
+      c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
+      *args.Get("dtype"), threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k, target,
+      max_tokens);
+  if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
+    std::cerr << "gpe: " << warm.status().message() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat("%8s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s\n", "sessions",
+                               "tgt tok/s", "src tok/s", "TTFT p50", "TTFT p99", "ITL p50",
+                               "ITL p99", "p99/p50", "tok/step", "ses/step", "vs first");
+  double first_rate = 0;
+  for (int n : counts) {
+    auto row = RunRow(**eng, config, source, n);
+    if (!row.ok()) {
+      std::cerr << "gpe: " << row.status().message() << "\n";
+      return 1;
+    }
+    const double rate = row->target_tokens / row->seconds;
+    if (first_rate == 0) first_rate = rate;
+    std::cout << absl::StrFormat(
+        "%8d %9.1f %9.1f %7.0fms %7.0fms %7.1fms %7.1fms %7.2fx %8.1f %8.1f %7.2fx\n", n, rate,
+        row->source_tokens / row->seconds, row->ttft_p50, row->ttft_p99, row->itl_p50,
+        row->itl_p99, row->itl_p50 > 0 ? row->itl_p99 / row->itl_p50 : 0.0,
+        row->tokens_per_step, row->sessions_per_step, rate / first_rate);
+    std::cout.flush();
+  }
+  (*eng)->Shutdown();
+  return 0;
+}
+
+}  // namespace gpeserve::cli

@@ -1,0 +1,82 @@
+#include "engine/cli/bench_util.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/model/make_model.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/bpe_trainer.h"
+
+namespace gpeserve::cli {
+namespace {
+
+absl::Status WriteTokenizer(const std::filesystem::path& dir) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 50; ++i) {
+    std::string line;
+    for (const std::string& w : BenchWords()) absl::StrAppend(&line, line.empty() ? "" : " ", w);
+    texts.push_back(line + " mot x.");
+  }
+  tokenizer::BpeTrainerConfig config;
+  config.vocab_size = 600;
+  auto trained = tokenizer::TrainByteLevelBpe(texts, config);
+  if (!trained.ok()) return trained.status();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << trained->tokenizer.dump();
+  std::ofstream(dir / "tokenizer_config.json") << trained->config.dump();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& BenchWords() {
+  static const std::vector<std::string> words = {
+      "the",  "speaker", "said", "that",  "our",    "city", "will", "build", "a",
+      "new",  "bridge",  "over", "the",   "river",  "next", "year", "and",   "many",
+      "people", "think", "it",   "is",    "a",      "good", "idea", "for",   "everyone"};
+  return words;
+}
+
+std::vector<std::string> BenchSource(int count) {
+  std::vector<std::string> words;
+  for (int i = 0; i < count; ++i) words.push_back(BenchWords()[i % BenchWords().size()]);
+  return words;
+}
+
+absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
+    const std::optional<std::string>& model_dir, const std::string& preset,
+    const std::string& dtype, int threads) {
+  if (model_dir) return model::Model::Load(*model_dir, {.dtype = dtype, .threads = threads});
+  const std::filesystem::path temp =
+      std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-", ::getpid());
+  model::MakeModelOptions o;
+  o.preset = preset;
+  o.tokenizer_dir = (temp / "tokenizer").string();
+  o.dtype = dtype == "fp32" ? model::DType::kF32 : model::DType::kBF16;
+  std::cerr << "gpe: writing a random " << preset << " model to " << temp << "\n";
+  absl::Status s = WriteTokenizer(o.tokenizer_dir);
+  if (s.ok()) s = model::MakeModel(o, (temp / "model").string());
+  absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
+      s.ok() ? model::Model::Load((temp / "model").string(), {.dtype = dtype, .threads = threads})
+             : absl::StatusOr<std::shared_ptr<const model::Model>>(s);
+  std::filesystem::remove_all(temp);
+  return loaded;
+}
+
+bool ParsePositiveList(const std::string& text, std::vector<int>* values) {
+  values->clear();
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) return false;
+    values->push_back(n);
+  }
+  return !values->empty();
+}
+
+}  // namespace gpeserve::cli

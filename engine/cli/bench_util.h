@@ -1,0 +1,36 @@
+// Shared by the benchmark subcommands (bench-stream, bench): the benchmark's source words and
+// the model they run, either a folder the user names or a random-weight preset written to a
+// temporary folder with a small tokenizer trained on those words.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpeserve::model {
+class Model;
+}
+
+namespace gpeserve::cli {
+
+// A fixed sentence of plain English words; sources repeat it.
+const std::vector<std::string>& BenchWords();
+
+// `count` source words: BenchWords() repeated.
+std::vector<std::string> BenchSource(int count);
+
+// Loads `model_dir`, or (when it is empty) writes a random `preset` model whose tokenizer is a
+// 600-token byte-level BPE trained on BenchWords() to a temporary folder, loads it and removes
+// the folder (the mapping stays valid). The vocabulary is small, so the LM head costs less than
+// in the real checkpoint of that shape.
+absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
+    const std::optional<std::string>& model_dir, const std::string& preset,
+    const std::string& dtype, int threads);
+
+// Parses "1,8,32" into positive whole numbers.
+bool ParsePositiveList(const std::string& text, std::vector<int>* values);
+
+}  // namespace gpeserve::cli
