@@ -17,7 +17,6 @@ namespace {
 
 enum CommandKind { kOpen, kPush, kEnd, kCancel };
 
-
 // A session as the loop thread sees it.
 struct Live {
   int64_t id = 0;
@@ -88,9 +87,9 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
                                 static_cast<int64_t>(torch::elementSize(model->dtype()));
     blocks = config.kv_cache_memory / block_bytes;
     if (blocks < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kv_cache_memory of ", config.kv_cache_memory, " bytes holds no block of ", block_bytes,
-          " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory of ", config.kv_cache_memory,
+                                                     " bytes holds no block of ", block_bytes,
+                                                     " bytes"));
     }
   }
   std::shared_ptr<Engine> engine(new Engine());
@@ -133,9 +132,8 @@ EngineStats Engine::stats() const {
 absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig& config,
                                                             EventCallback on_event) {
   if (absl::Status s = sampler::Validate(config.sampling); !s.ok()) return s;
-  auto session =
-      session::StreamSession::Create(model_->tokenizer(), model_->config().eos_token_ids,
-                                     config.options);
+  auto session = session::StreamSession::Create(model_->tokenizer(), model_->config().eos_token_ids,
+                                                config.options);
   if (!session.ok()) return session.status();
   auto live = std::make_unique<Live>();
   live->session = *std::move(session);
@@ -321,10 +319,11 @@ void Engine::Impl::Loop(const model::Model& model) {
         SessionEvent error;
         error.kind = SessionEvent::Kind::kError;
         error.session_id = id;
-        error.status = absl::ResourceExhaustedError(absl::StrCat(
-            "the session needs more than the whole KV cache (", allocator->total_blocks(),
-            " blocks of ", bs, " tokens); shorten the source or max_new_tokens, or give the "
-            "server more KV cache"));
+        error.status = absl::ResourceExhaustedError(
+            absl::StrCat("the session needs more than the whole KV cache (",
+                         allocator->total_blocks(), " blocks of ", bs,
+                         " tokens); shorten the source or max_new_tokens, or give the "
+                         "server more KV cache"));
         Finish(id, std::move(error));
         continue;
       }

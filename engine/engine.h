@@ -34,11 +34,11 @@ class Model;
 namespace gpeserve::engine {
 
 struct EngineConfig {
-  int block_size = 16;            // tokens per KV block
-  int64_t kv_blocks = 0;          // blocks in the pool; 0: from kv_cache_memory
+  int block_size = 16;                // tokens per KV block
+  int64_t kv_blocks = 0;              // blocks in the pool; 0: from kv_cache_memory
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
   scheduler::SchedulerConfig scheduler;
-  int max_sessions = 256;         // open sessions (running and waiting); Open fails beyond
+  int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
 };
 
 struct SessionConfig {
@@ -108,8 +108,8 @@ class SessionHandle {
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   // Starts the loop thread. Errors: bad sizes, a model without a tokenizer, no memory.
-  static absl::StatusOr<std::shared_ptr<Engine>> Create(
-      std::shared_ptr<const model::Model> model, const EngineConfig& config);
+  static absl::StatusOr<std::shared_ptr<Engine>> Create(std::shared_ptr<const model::Model> model,
+                                                        const EngineConfig& config);
   ~Engine();
 
   // Opens a session. InvalidArgument for a bad configuration (wait_k, sampling, profile

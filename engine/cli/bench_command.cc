@@ -3,8 +3,8 @@
 // all available at once) through the wait-k policy and writes --target_tokens tokens (greedy,
 // end-of-sequence ignored) so that every row does the same work per session.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <iostream>
@@ -202,8 +202,9 @@ int BenchCommand(int argc, char** argv, int first) {
       "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
       "session; max_batch_tokens %d\n",
       c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
-      *args.Get("dtype"), threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k, target,
-      max_tokens);
+      *args.Get("dtype"),
+      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
+      target, max_tokens);
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;
@@ -222,9 +223,9 @@ int BenchCommand(int argc, char** argv, int first) {
     if (first_rate == 0) first_rate = rate;
     std::cout << absl::StrFormat(
         "%8d %9.1f %9.1f %7.0fms %7.0fms %7.1fms %7.1fms %7.2fx %8.1f %8.1f %7.2fx\n", n, rate,
-        row->source_tokens / row->seconds, row->ttft_p50, row->ttft_p99, row->itl_p50,
-        row->itl_p99, row->itl_p50 > 0 ? row->itl_p99 / row->itl_p50 : 0.0,
-        row->tokens_per_step, row->sessions_per_step, rate / first_rate);
+        row->source_tokens / row->seconds, row->ttft_p50, row->ttft_p99, row->itl_p50, row->itl_p99,
+        row->itl_p50 > 0 ? row->itl_p99 / row->itl_p50 : 0.0, row->tokens_per_step,
+        row->sessions_per_step, rate / first_rate);
     std::cout.flush();
   }
   (*eng)->Shutdown();

@@ -72,10 +72,10 @@ absl::StatusOr<Run> RunScripted(const model::Model& model, const session::Sessio
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::optional<int32_t> token;
     if (work->sample) {
-      token = s.source_complete()      ? *eos
-              : in_write == 0          ? word->front()
-              : in_write < per_word    ? cont->front()
-                                       : word->front();
+      token = s.source_complete()   ? *eos
+              : in_write == 0       ? word->front()
+              : in_write < per_word ? cont->front()
+                                    : word->front();
       ++in_write;
       if (after_read) run.reads.back().seconds += seconds;
       if (after_read) run.reads.back().tokens += static_cast<int64_t>(work->tokens.size());
@@ -204,8 +204,8 @@ int BenchStreamCommand(int argc, char** argv, int first) {
       std::cout << absl::StrFormat(
           "%-9s %6d  w%-3d %10.1f (%4d)  w%-3d %10.1f (%4d) %10.2fx %9.2f %9d %7.2fx\n",
           std::string(session::ParadigmName(paradigm)), n, wait_k + 1 + early, e.seconds * 1e3,
-          e.tokens, wait_k + 1 + late, last.seconds * 1e3, last.tokens, last.seconds / e.seconds, run->seconds,
-          run->forward_tokens, run->seconds / gpe_seconds);
+          e.tokens, wait_k + 1 + late, last.seconds * 1e3, last.tokens, last.seconds / e.seconds,
+          run->seconds, run->forward_tokens, run->seconds / gpe_seconds);
       std::cout.flush();
     }
   }

@@ -37,9 +37,9 @@ absl::Status WriteTokenizer(const std::filesystem::path& dir) {
 
 const std::vector<std::string>& BenchWords() {
   static const std::vector<std::string> words = {
-      "the",  "speaker", "said", "that",  "our",    "city", "will", "build", "a",
-      "new",  "bridge",  "over", "the",   "river",  "next", "year", "and",   "many",
-      "people", "think", "it",   "is",    "a",      "good", "idea", "for",   "everyone"};
+      "the",    "speaker", "said", "that", "our",   "city", "will", "build", "a",
+      "new",    "bridge",  "over", "the",  "river", "next", "year", "and",   "many",
+      "people", "think",   "it",   "is",   "a",     "good", "idea", "for",   "everyone"};
   return words;
 }
 

@@ -8,9 +8,9 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -52,9 +52,9 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
                            std::vector<ItemResult>* results) {
   const model::ModelConfig& c = model.config();
   kv::BlockAllocator allocator({.block_size = block_size, .num_blocks = kv_blocks});
-  auto pool = kv::KvPool::Create({.block_size = block_size, .num_blocks = kv_blocks},
-                                 {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype(),
-                                 model.device());
+  auto pool =
+      kv::KvPool::Create({.block_size = block_size, .num_blocks = kv_blocks},
+                         {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype(), model.device());
   if (!pool.ok()) return pool.status();
   for (size_t i = 0; i < sources.size(); ++i) {
     auto session = session::CreateOfflineSession(model, options, sources[i]);
@@ -64,10 +64,11 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
     }
     auto r = session::RunToCompletion(model, **session, *pool, allocator);
     if (!r.ok()) {
-      return absl::Status(r.status().code(), absl::StrFormat("item %d: %s", i, r.status().message()));
+      return absl::Status(r.status().code(),
+                          absl::StrFormat("item %d: %s", i, r.status().message()));
     }
-    (*results)[i] = {r->text,           r->output,   r->delays,
-                     r->source_units,   r->counters, policy::DoneReasonName(r->reason)};
+    (*results)[i] = {r->text,         r->output,   r->delays,
+                     r->source_units, r->counters, policy::DoneReasonName(r->reason)};
     progress(i + 1);
   }
   return absl::OkStatus();
@@ -76,8 +77,7 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
 // Up to `concurrency` sentences in flight on the engine (continuous batching); each session
 // gets its whole source at once, so its output equals the sequential run's.
 absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
-                         const engine::EngineConfig& config,
-                         const session::SessionOptions& options,
+                         const engine::EngineConfig& config, const session::SessionOptions& options,
                          const std::vector<std::vector<std::string>>& sources, int concurrency,
                          const Progress& progress, std::vector<ItemResult>* results,
                          engine::EngineStats* stats) {
@@ -133,7 +133,6 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
   (*eng)->Shutdown();
   return failure;
 }
-
 
 }  // namespace
 
@@ -192,8 +191,7 @@ int EvalCommand(int argc, char** argv, int first) {
       !absl::SimpleAtoi(*args.Get("kv_blocks"), &kv_blocks) || kv_blocks < 1 ||
       !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
       !absl::SimpleAtoi(*args.Get("concurrency"), &concurrency) || concurrency < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_batch_tokens) ||
-      max_batch_tokens < 1 ||
+      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_batch_tokens) || max_batch_tokens < 1 ||
       !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
       (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit)) ||
       (args.Get("phi") && (!absl::SimpleAtoi(*args.Get("phi"), &phi) || phi < 0))) {
@@ -253,8 +251,8 @@ int EvalCommand(int argc, char** argv, int first) {
   }
   std::vector<std::vector<std::string>> sources;
   for (size_t i = 0; i < count; ++i) {
-    sources.push_back(absl::StrSplit(data[i][source_key].get<std::string>(), ' ',
-                                     absl::SkipWhitespace()));
+    sources.push_back(
+        absl::StrSplit(data[i][source_key].get<std::string>(), ' ', absl::SkipWhitespace()));
   }
   const bool tty = ::isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
@@ -280,8 +278,7 @@ int EvalCommand(int argc, char** argv, int first) {
     config.scheduler.max_batch_tokens = max_batch_tokens;
     config.scheduler.max_sessions_per_step = max_per_step;
     config.max_sessions = concurrency;
-    run = RunOnEngine(*model, config, options, sources, concurrency, progress, &results,
-                      &stats);
+    run = RunOnEngine(*model, config, options, sources, concurrency, progress, &results, &stats);
   }
   const double seconds = elapsed();
   if (tty) std::fprintf(stderr, "\n");
@@ -332,8 +329,8 @@ int EvalCommand(int argc, char** argv, int first) {
                    source_tokens / n, target_tokens / n, forward_tokens / n, 1e3 * seconds / n);
   if (concurrency > 1) {
     std::cout << absl::StrFormat(
-        "engine: %d steps, %.1f tokens and %.1f sessions per step, %d preemptions\n",
-        stats.steps, stats.steps > 0 ? static_cast<double>(stats.step_tokens) / stats.steps : 0.0,
+        "engine: %d steps, %.1f tokens and %.1f sessions per step, %d preemptions\n", stats.steps,
+        stats.steps > 0 ? static_cast<double>(stats.step_tokens) / stats.steps : 0.0,
         stats.steps > 0 ? static_cast<double>(stats.step_sessions) / stats.steps : 0.0,
         stats.preemptions);
   }

@@ -65,7 +65,8 @@ int ScoreLatency(const std::string& path, bool json) {
   }
   const double n = count > 0 ? static_cast<double>(count) : 1.0;
   if (json) {
-    std::cout << nlohmann::json{{"mean_AL", al_sum / n}, {"mean_LAAL", laal_sum / n},
+    std::cout << nlohmann::json{{"mean_AL", al_sum / n},
+                                {"mean_LAAL", laal_sum / n},
                                 {"sentences", count}}
                      .dump()
               << "\n";

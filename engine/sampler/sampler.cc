@@ -19,8 +19,7 @@ absl::Status Validate(const SamplingParams& params) {
         absl::StrCat("top_k must be 0 (all tokens) or positive, got ", params.top_k));
   }
   if (!(params.top_p > 0 && params.top_p <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_p must be in (0, 1], got ", params.top_p));
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", params.top_p));
   }
   return absl::OkStatus();
 }
@@ -30,8 +29,8 @@ Sampler::Sampler(const SamplingParams& params, uint64_t default_seed)
 
 int32_t Sampler::Sample(std::span<const float> logits) {
   const auto n = static_cast<int32_t>(logits.size());
-  const int32_t best = static_cast<int32_t>(
-      std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const int32_t best =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   if (greedy()) return best;
   // Candidates: tokens whose probability is not negligible next to the best one (e^-40), then
   // the top k of them, most likely first.

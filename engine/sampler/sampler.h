@@ -15,9 +15,9 @@
 namespace gpeserve::sampler {
 
 struct SamplingParams {
-  double temperature = 0;  // 0: greedy (the first largest logit)
-  int top_k = 0;           // keep the k most likely tokens; 0: all
-  double top_p = 1;        // keep the most likely tokens whose probabilities sum to top_p
+  double temperature = 0;        // 0: greedy (the first largest logit)
+  int top_k = 0;                 // keep the k most likely tokens; 0: all
+  double top_p = 1;              // keep the most likely tokens whose probabilities sum to top_p
   std::optional<uint64_t> seed;  // unset: a seed the engine picks
 };
 

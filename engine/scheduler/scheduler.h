@@ -25,19 +25,19 @@
 namespace gpeserve::scheduler {
 
 struct SchedulerConfig {
-  int64_t max_batch_tokens = 512;   // tokens in one forward pass
-  int max_sessions_per_step = 64;   // sessions in one forward pass
+  int64_t max_batch_tokens = 512;  // tokens in one forward pass
+  int max_sessions_per_step = 64;  // sessions in one forward pass
 };
 
 // A session with work to do.
 struct Candidate {
   int64_t id = 0;
-  bool runnable = true;     // has work now (else: a running session idle until more source
-                            // arrives, listed only as a possible preemption victim)
-  bool admitted = false;    // running (else waiting for admission)
-  bool write = false;       // its piece samples a token
-  int64_t remaining = 0;    // tokens its piece still has (0: an empty read, no budget)
-  int64_t admit_order = 0;  // order of admission (waiting: of arrival); smaller is older
+  bool runnable = true;      // has work now (else: a running session idle until more source
+                             // arrives, listed only as a possible preemption victim)
+  bool admitted = false;     // running (else waiting for admission)
+  bool write = false;        // its piece samples a token
+  int64_t remaining = 0;     // tokens its piece still has (0: an empty read, no budget)
+  int64_t admit_order = 0;   // order of admission (waiting: of arrival); smaller is older
   int64_t last_served = -1;  // step it last ran in (-1: never)
   int64_t blocks_held = 0;   // freed if it is preempted
   int64_t free_slots = 0;    // token slots left in the last block its piece writes into

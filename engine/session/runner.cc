@@ -21,8 +21,9 @@ absl::StatusOr<torch::Tensor> RunWorks(const model::Model& model, kv::KvPool& po
   }
   if (tokens.empty()) return torch::empty({0, model.config().vocab_size}, torch::kFloat32);
   model::PagedAttention attention(pool, segments);
-  return model.Forward(torch::tensor(tokens, torch::kInt64), torch::tensor(positions, torch::kInt64),
-                       torch::tensor(rows, torch::kInt64), attention);
+  return model.Forward(torch::tensor(tokens, torch::kInt64),
+                       torch::tensor(positions, torch::kInt64), torch::tensor(rows, torch::kInt64),
+                       attention);
 }
 
 absl::StatusOr<std::unique_ptr<StreamSession>> CreateOfflineSession(

@@ -218,8 +218,8 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
     while (take > 1 && feed->seen[feed->offset + take - 1] != feed->seen[feed->offset]) --take;
   }
   const int64_t needed = (restart ? kv::BlockTable() : table).BlocksNeeded(take, bs);
-  if (needed > allocator.free_blocks() + (restart ? static_cast<int64_t>(target_.blocks().size())
-                                                  : 0)) {
+  if (needed >
+      allocator.free_blocks() + (restart ? static_cast<int64_t>(target_.blocks().size()) : 0)) {
     return absl::ResourceExhaustedError("not enough free KV blocks");
   }
   if (restart) {
@@ -233,7 +233,8 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
 
   Work work;
   const int64_t before = table.num_tokens();
-  work.tokens.assign(feed->tokens.begin() + feed->offset, feed->tokens.begin() + feed->offset + take);
+  work.tokens.assign(feed->tokens.begin() + feed->offset,
+                     feed->tokens.begin() + feed->offset + take);
   int64_t base = before;  // reads and the interleaved sequence: position = index
   if (feed->to_target) {
     base += options_.paradigm == Paradigm::kGpe ? options_.profile.phi : encoded_with_source_;

@@ -59,7 +59,7 @@ SessionConfig Config(int wait_k, session::Paradigm paradigm = session::Paradigm:
 }
 
 std::vector<std::string> Words(std::mt19937& rng) {
-  static const std::vector<std::string> vocabulary = {"the", "cat", "sat", "on",  "a",
+  static const std::vector<std::string> vocabulary = {"the", "cat", "sat", "on",   "a",
                                                       "mat", "and", "dog", "ran.", "quickly"};
   std::vector<std::string> words;
   for (int i = 0, n = 1 + static_cast<int>(rng() % 7); i < n; ++i) {
@@ -72,10 +72,9 @@ std::vector<std::string> Words(std::mt19937& rng) {
 session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
                              const std::vector<std::string>& words) {
   kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
-  auto pool = kv::KvPool::Create({.block_size = 4, .num_blocks = 512},
-                                 {m.config().num_layers, m.config().num_kv_heads,
-                                  m.config().head_dim},
-                                 m.dtype(), m.device());
+  auto pool = kv::KvPool::Create(
+      {.block_size = 4, .num_blocks = 512},
+      {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim}, m.dtype(), m.device());
   auto session = session::CreateOfflineSession(m, config.options, words);
   auto result = session::RunToCompletion(m, **session, *pool, allocator);
   EXPECT_TRUE(result.ok()) << result.status();
@@ -274,9 +273,8 @@ TEST(EngineTest, SlowConsumerAndLimits) {
   }
   {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] {
-      return !refused.empty() && refused.back().kind == SessionEvent::Kind::kError;
-    });
+    cv.wait(lock,
+            [&] { return !refused.empty() && refused.back().kind == SessionEvent::Kind::kError; });
     EXPECT_EQ(refused.back().status.code(), absl::StatusCode::kResourceExhausted);
   }
   EXPECT_EQ(good.Wait().kind, SessionEvent::Kind::kDone);

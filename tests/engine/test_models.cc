@@ -1,9 +1,9 @@
 #include "tests/engine/test_models.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <unistd.h>
 
 #include "engine/model/make_model.h"
 #include "gtest/gtest.h"

@@ -10,12 +10,24 @@ namespace gpeserve::scheduler {
 namespace {
 
 Candidate Write(int64_t id, int64_t order, int64_t last_served = -1) {
-  return {.id = id, .admitted = true, .write = true, .remaining = 1, .admit_order = order,
-          .last_served = last_served, .blocks_held = 2, .free_slots = 5};
+  return {.id = id,
+          .admitted = true,
+          .write = true,
+          .remaining = 1,
+          .admit_order = order,
+          .last_served = last_served,
+          .blocks_held = 2,
+          .free_slots = 5};
 }
 Candidate Read(int64_t id, int64_t order, int64_t tokens, int64_t free_slots = 0) {
-  return {.id = id, .admitted = true, .write = false, .remaining = tokens, .admit_order = order,
-          .last_served = -1, .blocks_held = 1, .free_slots = free_slots};
+  return {.id = id,
+          .admitted = true,
+          .write = false,
+          .remaining = tokens,
+          .admit_order = order,
+          .last_served = -1,
+          .blocks_held = 1,
+          .free_slots = free_slots};
 }
 
 std::map<int64_t, int64_t> Tokens(const Plan& plan) {
@@ -35,9 +47,9 @@ TEST(SchedulerTest, BlocksFor) {
 // Writes come first; the long read gets what is left of the budget (chunked prefill), and a
 // second read gets nothing this step.
 TEST(SchedulerTest, WritesFirstThenChunkedReads) {
-  const Plan plan = Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
-                             {Read(1, 0, 1000), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000,
-                             16);
+  const Plan plan =
+      Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
+               {Read(1, 0, 1000), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
   ASSERT_EQ(plan.pieces.size(), 3u);
   EXPECT_EQ(plan.pieces[0].id, 2);
   EXPECT_EQ(plan.pieces[1].id, 4);
@@ -97,8 +109,8 @@ TEST(SchedulerTest, EverySessionServedWithinBoundedSteps) {
   for (int step = 0; step < 40; ++step) {
     std::vector<Candidate> cs;
     for (int i = 0; i < n; ++i) cs.push_back(Write(i, n - i, last[i]));
-    const Plan plan = Schedule({.max_batch_tokens = 512, .max_sessions_per_step = per_step}, cs,
-                               100, 16);
+    const Plan plan =
+        Schedule({.max_batch_tokens = 512, .max_sessions_per_step = per_step}, cs, 100, 16);
     ASSERT_EQ(plan.pieces.size(), static_cast<size_t>(per_step));
     for (const Piece& p : plan.pieces) last[p.id] = step;
     if (step >= (n + per_step - 1) / per_step) {

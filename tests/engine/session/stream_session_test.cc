@@ -1,7 +1,7 @@
 #include "engine/session/stream_session.h"
 
-#include <random>
 #include <map>
+#include <random>
 #include <set>
 
 #include "engine/session/runner.h"
@@ -92,10 +92,10 @@ struct Fixture {
   explicit Fixture(std::shared_ptr<const model::Model> model, int block_size = 4,
                    int num_blocks = 256)
       : m(std::move(model)), allocator({.block_size = block_size, .num_blocks = num_blocks}) {
-    auto p = kv::KvPool::Create(
-        {.block_size = block_size, .num_blocks = num_blocks},
-        {m->config().num_layers, m->config().num_kv_heads, m->config().head_dim}, m->dtype(),
-        m->device());
+    auto p =
+        kv::KvPool::Create({.block_size = block_size, .num_blocks = num_blocks},
+                           {m->config().num_layers, m->config().num_kv_heads, m->config().head_dim},
+                           m->dtype(), m->device());
     EXPECT_TRUE(p.ok());
     pool = std::make_unique<kv::KvPool>(*std::move(p));
   }
