@@ -1,6 +1,7 @@
 #include "engine/cli/args.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 
@@ -83,5 +84,18 @@ std::optional<std::string> Args::Get(const std::string& name) const {
 }
 
 bool Args::GetBool(const std::string& name) const { return Get(name).value_or("false") == "true"; }
+
+std::optional<int> Args::ParseOrExit(int argc, char** argv, int first) {
+  bool help = false;
+  if (absl::Status s = Parse(argc, argv, first, &help); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n\n" << Help();
+    return 2;
+  }
+  if (help) {
+    std::cout << Help();
+    return 0;
+  }
+  return std::nullopt;
+}
 
 }  // namespace gpeserve::cli

@@ -26,6 +26,9 @@ class Args {
 
   // Parses argv[first..argc). On --help, *help_requested is set and OK is returned.
   absl::Status Parse(int argc, char** argv, int first, bool* help_requested);
+  // Parse for a command's entry point: on --help prints the help to stdout and returns 0; on a
+  // usage error prints it with the help to stderr and returns 2; otherwise nullopt.
+  std::optional<int> ParseOrExit(int argc, char** argv, int first);
   std::string Help() const;
 
   std::optional<std::string> Get(const std::string& name) const;

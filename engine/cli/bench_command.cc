@@ -140,15 +140,7 @@ int BenchCommand(int argc, char** argv, int first) {
   args.AddString("block_size", "N", "tokens per KV block", "16");
   args.AddString("max_batch_tokens", "N", "tokens in one forward pass", "512");
   args.AddString("max_sessions_per_step", "N", "sessions in one forward pass", "64");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   std::vector<int> counts;
   int words = 0, wait_k = 0, target = 0, threads = 0, block_size = 0, max_tokens = 0,
       max_per_step = 0;

@@ -49,15 +49,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   args.AddString("context", "N", "cached tokens the decode step attends to", "128");
   args.AddString("prefill", "N", "tokens in the prefill", "512");
   args.AddString("runs", "N", "timed runs (median)", "10");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   int threads = 0, context = 0, prefill = 0, runs = 0;
   if (!absl::SimpleAtoi(*args.Get("threads"), &threads) ||
       !absl::SimpleAtoi(*args.Get("context"), &context) ||

@@ -113,15 +113,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
   args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
   args.AddString("block_size", "N", "tokens per KV block", "16");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   int wait_k = 0, at = 0, per_word = 0, threads = 0, block_size = 0;
   std::vector<int> lengths;
   if (!ParsePositiveList(*args.Get("words"), &lengths)) {

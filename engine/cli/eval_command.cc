@@ -169,15 +169,7 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("max_sessions_per_step", "N", "engine: sessions in one forward pass", "64");
   args.AddString("kv_blocks", "N", "KV cache blocks", "1024");
   args.AddString("block_size", "N", "tokens per KV block", "16");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   if (!args.Get("model") || !args.Get("data")) {
     std::cerr << "gpe: --model and --data are required\n\n" << args.Help();
     return 2;

@@ -37,20 +37,6 @@ absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& text)
   return absl::InvalidArgumentError(absl::StrCat("--", flag, " takes true or false"));
 }
 
-// Parses flags; returns an exit code on --help or a usage error.
-std::optional<int> ParseOrExit(Args* args, int argc, char** argv, int first) {
-  bool help = false;
-  if (absl::Status s = args->Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args->Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args->Help();
-    return 0;
-  }
-  return std::nullopt;
-}
-
 int Fail(const absl::Status& status, int code = 1) {
   std::cerr << "gpe: " << status.message() << "\n";
   return code;
@@ -76,7 +62,7 @@ int MakeModelCommand(int argc, char** argv, int first) {
   args.AddString("attention_bias", "true|false", "override (llama, mistral): q/k/v/o biases");
   args.AddString("mlp_bias", "true|false", "override (llama, mistral): MLP biases");
   args.AddString("out", "DIR", "output folder");
-  if (auto code = ParseOrExit(&args, argc, argv, first)) return *code;
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   if (!args.Get("tokenizer") || !args.Get("out")) {
     std::cerr << "gpe: --tokenizer and --out are required\n\n" << args.Help();
     return 2;
@@ -134,7 +120,7 @@ int LogitsCommand(int argc, char** argv, int first) {
   args.AddString("device", "cpu|cuda", "device", "cpu");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
   args.AddString("out", "FILE", "output .npy file");
-  if (auto code = ParseOrExit(&args, argc, argv, first)) return *code;
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   if (!args.Get("model") || !args.Get("tokens") || !args.Get("out")) {
     std::cerr << "gpe: --model, --tokens and --out are required\n\n" << args.Help();
     return 2;

@@ -93,15 +93,7 @@ int ScoreCommand(int argc, char** argv, int first) {
   args.AddString("ref", "FILE", "reference, one segment per line");
   args.AddString("latency", "FILE", "score delays instead of BLEU (JSON lines, see above)");
   args.AddBool("json", "print JSON objects instead of text");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   if (args.Get("latency")) {
     if (args.Get("hyp") || args.Get("ref")) {
       std::cerr << "gpe: --latency does not combine with --hyp/--ref\n\n" << args.Help();

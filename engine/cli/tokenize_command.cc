@@ -22,15 +22,7 @@ void AddTokenizerFlags(Args* args) {
 // Parses flags and loads the tokenizer; on failure or --help returns an exit code.
 std::optional<int> Setup(Args* args, int argc, char** argv, int first,
                          std::shared_ptr<const tokenizer::Tokenizer>* tok) {
-  bool help = false;
-  if (absl::Status s = args->Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args->Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args->Help();
-    return 0;
-  }
+  if (auto code = args->ParseOrExit(argc, argv, first)) return *code;
   const auto model = args->Get("model");
   const auto file = args->Get("tokenizer");
   if (model.has_value() == file.has_value()) {

@@ -92,15 +92,7 @@ int TrainTokenizerCommand(int argc, char** argv, int first) {
                  "<|endoftext|>,<|im_start|>,<|im_end|>");
   args.AddString("eos_token", "TOKEN", "end-of-sequence token (one of the special tokens)",
                  "<|im_end|>");
-  bool help = false;
-  if (absl::Status s = args.Parse(argc, argv, first, &help); !s.ok()) {
-    std::cerr << "gpe: " << s.message() << "\n\n" << args.Help();
-    return 2;
-  }
-  if (help) {
-    std::cout << args.Help();
-    return 0;
-  }
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   const auto data = args.Get("data");
   const auto out = args.Get("out");
   if (!data || !out) {
