@@ -1,9 +1,11 @@
 #include "engine/engine.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,8 @@ struct Live {
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
   EventCallback callback;
   bool admitted = false;
+  std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_run;
   int64_t order = 0;         // arrival order; admission order once admitted
   int64_t last_served = -1;  // step
   std::string text;          // emitted so far
@@ -124,6 +128,20 @@ void Engine::Shutdown() {
 
 int64_t Engine::total_blocks() const { return impl_->allocator->total_blocks(); }
 
+EngineInfo Engine::info() const {
+  const model::ModelConfig& c = model_->config();
+  const torch::ScalarType dtype = model_->dtype();
+  return {.architecture = c.architecture_name,
+          .dtype = dtype == torch::kFloat32    ? "fp32"
+                   : dtype == torch::kBFloat16 ? "bf16"
+                                               : "fp16",
+          .device = model_->device().is_cuda() ? "cuda" : "cpu",
+          .vocab_size = c.vocab_size,
+          .kv_blocks = impl_->allocator->total_blocks(),
+          .block_size = impl_->config.block_size,
+          .max_sessions = impl_->config.max_sessions};
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;
@@ -201,6 +219,10 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const
   event.source_units = s.source_units();
   event.units_read = s.units_read();
   event.counters = s.counters();
+  event.queue_seconds =
+      std::chrono::duration<double>(live.first_run.value_or(std::chrono::steady_clock::now()) -
+                                    live.opened)
+          .count();
   return event;
 }
 
@@ -341,6 +363,7 @@ void Engine::Impl::Loop(const model::Model& model) {
         live.admitted = true;
         live.order = orders++;
       }
+      if (!live.first_run) live.first_run = std::chrono::steady_clock::now();
       live.last_served = step;
       works.push_back(*std::move(work));
       ran.push_back(&live);
@@ -364,6 +387,11 @@ void Engine::Impl::Loop(const model::Model& model) {
     }
     ++counters.steps;
     counters.step_sessions += static_cast<int64_t>(works.size());
+    if (config.on_step) {
+      int64_t tokens = 0;
+      for (const session::Work& w : works) tokens += static_cast<int64_t>(w.tokens.size());
+      config.on_step(tokens, static_cast<int64_t>(works.size()));
+    }
     int64_t row = 0;
     std::vector<int64_t> ids;
     for (Live* live : ran) ids.push_back(live->id);

@@ -39,6 +39,20 @@ struct EngineConfig {
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
   scheduler::SchedulerConfig scheduler;
   int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
+  // Called on the loop thread after each forward step with its tokens and sessions (metrics);
+  // must be cheap and must not call the engine.
+  std::function<void(int64_t tokens, int64_t sessions)> on_step;
+};
+
+// What the engine serves, for listings and logs.
+struct EngineInfo {
+  std::string architecture;  // e.g. Qwen2ForCausalLM
+  std::string dtype;         // fp32, bf16, fp16
+  std::string device;        // cpu, cuda
+  int64_t vocab_size = 0;
+  int64_t kv_blocks = 0;
+  int block_size = 0;
+  int max_sessions = 0;
 };
 
 struct SessionConfig {
@@ -64,6 +78,7 @@ struct SessionEvent {
   std::vector<int64_t> delays;
   int64_t source_units = 0;
   session::SessionCounters counters;
+  double queue_seconds = 0;  // from Open to the first step the session ran in (or to its end)
   // kError (and kDone with reason "cancelled" when cancelled by the engine).
   absl::Status status;
 };
@@ -121,6 +136,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void Shutdown();
 
   EngineStats stats() const;
+  EngineInfo info() const;
   const model::Model& model() const { return *model_; }
   int64_t total_blocks() const;
 

@@ -24,8 +24,8 @@ std::vector<std::string> BenchSource(int count);
 
 // Loads `model_dir`, or (when it is empty) writes a random `preset` model whose tokenizer is a
 // 600-token byte-level BPE trained on BenchWords() to a temporary folder, loads it and removes
-// the folder (the mapping stays valid). The vocabulary is small, so the LM head costs less than
-// in the real checkpoint of that shape.
+// the folder (the mapping stays valid). The model keeps the preset's full vocabulary (its LM
+// head costs what the real checkpoint's does); ids beyond the small tokenizer decode to nothing.
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const std::string& dtype, int threads);

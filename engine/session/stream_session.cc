@@ -73,6 +73,12 @@ absl::Status StreamSession::AddWords(std::span<const std::string> words) {
     auto ids = tokenizer_->Encode(words_ > 0 && options_.profile.add_space ? " " + word : word,
                                   {.add_special_tokens = false});
     if (!ids.ok()) return ids.status();
+    word_tokens_ += static_cast<int64_t>(ids->size());
+    if (options_.max_source_tokens > 0 && word_tokens_ > options_.max_source_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the source is longer than ", options_.max_source_tokens,
+                       " tokens, the server's limit (max_source_tokens); start a new session"));
+    }
     ++words_;
     if (options_.policy.split == policy::SplitMode::kToken) {
       for (int32_t id : *ids) AddUnit({id});

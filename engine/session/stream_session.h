@@ -56,6 +56,7 @@ struct SessionOptions {
   policy::PolicyConfig policy;
   Paradigm paradigm = Paradigm::kGpe;
   bool share_prefix = true;  // share the prompt prefix's full blocks with other sessions
+  int64_t max_source_tokens = 0;  // tokens of source words in all; 0: no limit
 };
 
 // One piece of model work: new tokens at their position ids; every token attends to the cached
@@ -184,6 +185,7 @@ class StreamSession {
   std::vector<std::vector<int64_t>> prefix_block_tokens_;
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
   int64_t words_ = 0;                           // words added
+  int64_t word_tokens_ = 0;                     // tokens of the words added
   bool ended_ = false;
   std::unique_ptr<policy::WaitKPolicy> policy_;
   kv::BlockTable source_, target_;      // interleaved: one sequence in source_

@@ -1,0 +1,443 @@
+// gpe-client: talks to a gpeserve server.
+//   gpe-client stream --server ADDR --text "..." --words_per_second 2
+//   gpe-client eval --server ADDR --data dev.json --concurrency 8
+//   gpe-client health --server ADDR
+//   gpe-client models --server ADDR
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/client.h"
+#include "engine/cli/args.h"
+#include "engine/eval/bleu.h"
+#include "engine/eval/latency.h"
+#include "nlohmann/json.hpp"
+
+namespace gpeserve::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const std::string& message, int code = 1) {
+  std::cerr << "gpe-client: " << message << "\n";
+  return code;
+}
+
+bool ReadText(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return true;
+}
+
+// Flags every command shares: where the server is and how to reach it.
+void AddConnectFlags(cli::Args& args) {
+  args.AddString("server", "HOST:PORT", "the server", "127.0.0.1:50051");
+  args.AddString("auth_token_file", "FILE", "send the token in FILE as a bearer token");
+  args.AddString("tls_ca", "FILE", "PEM root certificates: connect with TLS");
+  args.AddString("tls_server_name", "NAME", "expect this name in the server's certificate");
+}
+
+// Flags of a session's configuration.
+void AddSessionFlags(cli::Args& args) {
+  args.AddString("profile", "NAME", "prompt profile (default: the server's)");
+  args.AddString("instruction", "TEXT", "override the profile's instruction");
+  args.AddString("wait_k", "K", "source words read before the first write (default: the server's)");
+  args.AddString("split", "word|token", "source unit", "word");
+  args.AddString("paradigm", "gpe|reencode|interleaved", "streaming paradigm", "gpe");
+  args.AddString("max_new_tokens", "N", "target tokens at most (default: the server's)");
+  args.AddString("temperature", "T", "sampling temperature (0: greedy)", "0");
+  args.AddString("top_k", "K", "keep the k most likely tokens (0: all)", "0");
+  args.AddString("top_p", "P", "nucleus sampling mass", "1");
+  args.AddString("seed", "N", "sampling seed");
+}
+
+absl::StatusOr<ConnectOptions> ConnectFrom(const cli::Args& args) {
+  ConnectOptions options;
+  options.server = *args.Get("server");
+  if (auto path = args.Get("auth_token_file")) {
+    std::string token;
+    if (!ReadText(*path, &token)) return absl::NotFoundError(*path + ": cannot open file");
+    options.auth_token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  if (auto path = args.Get("tls_ca")) {
+    if (!ReadText(*path, &options.tls_ca)) {
+      return absl::NotFoundError(*path + ": cannot open file");
+    }
+  }
+  if (auto name = args.Get("tls_server_name")) options.tls_server_name = *name;
+  return options;
+}
+
+absl::StatusOr<v1::SessionConfig> SessionFrom(const cli::Args& args) {
+  v1::SessionConfig config;
+  if (auto p = args.Get("profile")) config.set_profile(*p);
+  if (auto text = args.Get("instruction")) config.set_instruction(*text);
+  uint32_t n = 0;
+  if (auto k = args.Get("wait_k")) {
+    if (!absl::SimpleAtoi(*k, &n) || n < 1) {
+      return absl::InvalidArgumentError("--wait_k takes a positive whole number");
+    }
+    config.set_wait_k(n);
+  }
+  if (auto m = args.Get("max_new_tokens")) {
+    if (!absl::SimpleAtoi(*m, &n) || n < 1) {
+      return absl::InvalidArgumentError("--max_new_tokens takes a positive whole number");
+    }
+    config.set_max_new_tokens(n);
+  }
+  const std::string split = *args.Get("split"), paradigm = *args.Get("paradigm");
+  if (split == "word") {
+    config.set_split(v1::SessionConfig::SPLIT_WORD);
+  } else if (split == "token") {
+    config.set_split(v1::SessionConfig::SPLIT_TOKEN);
+  } else {
+    return absl::InvalidArgumentError("--split takes word or token");
+  }
+  if (paradigm == "gpe") {
+    config.set_paradigm(v1::SessionConfig::PARADIGM_GPE);
+  } else if (paradigm == "reencode") {
+    config.set_paradigm(v1::SessionConfig::PARADIGM_REENCODE);
+  } else if (paradigm == "interleaved") {
+    config.set_paradigm(v1::SessionConfig::PARADIGM_INTERLEAVED);
+  } else {
+    return absl::InvalidArgumentError("--paradigm takes gpe, reencode or interleaved");
+  }
+  double temperature = 0, top_p = 1;
+  int top_k = 0;
+  if (!absl::SimpleAtod(*args.Get("temperature"), &temperature) ||
+      !absl::SimpleAtoi(*args.Get("top_k"), &top_k) ||
+      !absl::SimpleAtod(*args.Get("top_p"), &top_p)) {
+    return absl::InvalidArgumentError("--temperature, --top_k, --top_p take numbers");
+  }
+  config.mutable_sampling()->set_temperature(temperature);
+  config.mutable_sampling()->set_top_k(top_k);
+  config.mutable_sampling()->set_top_p(top_p);
+  if (auto seed = args.Get("seed")) {
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(*seed, &value)) {
+      return absl::InvalidArgumentError("--seed takes a whole number");
+    }
+    config.mutable_sampling()->set_seed(value);
+  }
+  return config;
+}
+
+std::vector<std::string> Words(const std::string& text) {
+  return absl::StrSplit(text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
+}
+
+// AL and LAAL of a finished session in source units, with |Y| = the output's words.
+std::pair<double, double> Lagging(const v1::SessionDone& done, double target_words) {
+  const std::vector<double> delays(done.delays().begin(), done.delays().end());
+  const double x = static_cast<double>(done.source_units());
+  return {eval::AverageLagging(delays, x, target_words),
+          eval::LengthAdaptiveAverageLagging(delays, x, target_words)};
+}
+
+int StreamCommand(int argc, char** argv) {
+  cli::Args args("gpe-client stream [--text TEXT | --file FILE] [options]",
+                 "Streams a source to the server word by word at --words_per_second (stdin\n"
+                 "when neither --text nor --file is given) and prints the target as it grows:\n"
+                 "one updating line on a terminal, one line per target word otherwise. At the\n"
+                 "end: the full text, the delays, AL and LAAL (source units) and the reason.");
+  AddConnectFlags(args);
+  AddSessionFlags(args);
+  args.AddString("text", "TEXT", "the source text");
+  args.AddString("file", "FILE", "read the source text from FILE");
+  args.AddString("words_per_second", "R", "source pace (0: all at once)", "2");
+  args.AddBool("json", "print the SessionDone as JSON at the end");
+  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = ConnectFrom(args);
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  auto config = SessionFrom(args);
+  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
+  double rate = 0;
+  if (!absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0) {
+    return Fail("--words_per_second takes a number >= 0", 2);
+  }
+  std::string text;
+  if (auto t = args.Get("text")) {
+    text = *t;
+  } else if (auto f = args.Get("file")) {
+    if (!ReadText(*f, &text)) return Fail(*f + ": cannot open file");
+  } else {
+    std::stringstream in;
+    in << std::cin.rdbuf();
+    text = in.str();
+  }
+  const std::vector<std::string> words = Words(text);
+  auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  const bool tty = ::isatty(STDOUT_FILENO);
+  std::string so_far;
+  auto result = RunSession(*stub, *connect, *config, words, rate, [&](const v1::TokenDelta& d) {
+    so_far += d.text();
+    if (tty) {
+      std::printf("\r\033[K[read %lld] %s", static_cast<long long>(d.source_units_read()),
+                  so_far.c_str());
+      std::fflush(stdout);
+    } else if (d.word_complete()) {
+      std::printf("[read %lld] %s\n", static_cast<long long>(d.source_units_read()),
+                  so_far.c_str());
+      std::fflush(stdout);
+    }
+  });
+  if (tty) std::printf("\n");
+  if (!result.ok()) {
+    return Fail(absl::StrFormat("%s: %s", absl::StatusCodeToString(result.status().code()),
+                                result.status().message()));
+  }
+  const v1::SessionDone& done = result->done;
+  const auto [al, laal] = Lagging(done, static_cast<double>(Words(done.text()).size()));
+  std::printf("text: %s\n", done.text().c_str());
+  std::string delays;
+  for (int64_t d : done.delays()) delays += (delays.empty() ? "" : ",") + std::to_string(d);
+  std::printf("delays: [%s]\nAL = %.3f  LAAL = %.3f  (source units; %lld)  reason: %s\n",
+              delays.c_str(), al, laal, static_cast<long long>(done.source_units()),
+              done.finish_reason().c_str());
+  if (args.GetBool("json")) {
+    nlohmann::json j = {{"text", done.text()},
+                        {"ids", std::vector<int32_t>(done.ids().begin(), done.ids().end())},
+                        {"delays", std::vector<int64_t>(done.delays().begin(), done.delays().end())},
+                        {"delays_ms",
+                         std::vector<double>(done.delays_ms().begin(), done.delays_ms().end())},
+                        {"source_units", done.source_units()},
+                        {"finish_reason", done.finish_reason()},
+                        {"forward_tokens", done.counters().forward_tokens()}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return 0;
+}
+
+int EvalCommand(int argc, char** argv) {
+  cli::Args args("gpe-client eval --data FILE.json [options]",
+                 "Runs every item of a data set (a JSON array of objects with source and\n"
+                 "target strings, as for `gpe eval`) through the server, --concurrency\n"
+                 "sessions at a time, and prints corpus BLEU (sacreBLEU defaults), AL and LAAL\n"
+                 "in source units, computation-aware AL in milliseconds, and throughput.");
+  AddConnectFlags(args);
+  AddSessionFlags(args);
+  args.AddString("data", "FILE", "data set: JSON array of objects");
+  args.AddString("source_key", "KEY", "source field", "en");
+  args.AddString("target_key", "KEY", "reference field", "de");
+  args.AddString("concurrency", "N", "sessions in flight", "8");
+  args.AddString("words_per_second", "R", "source pace of each session (0: all at once)", "0");
+  args.AddString("limit", "N", "evaluate the first N items only");
+  args.AddString("out", "FILE", "write one JSON line per sentence");
+  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
+  if (!args.Get("data")) return Fail("--data is required\n\n" + args.Help(), 2);
+  auto connect = ConnectFrom(args);
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  auto config = SessionFrom(args);
+  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
+  int concurrency = 0, limit = -1;
+  double rate = 0;
+  if (!absl::SimpleAtoi(*args.Get("concurrency"), &concurrency) || concurrency < 1 ||
+      !absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0 ||
+      (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit))) {
+    return Fail("--concurrency takes a positive whole number, --words_per_second a number", 2);
+  }
+  std::ifstream in(*args.Get("data"));
+  if (!in) return Fail(*args.Get("data") + ": cannot open file");
+  nlohmann::json data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_array()) return Fail(*args.Get("data") + ": expected a JSON array of objects");
+  const std::string source_key = *args.Get("source_key"), target_key = *args.Get("target_key");
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (!data[i].is_object() || !data[i].contains(source_key) ||
+        !data[i][source_key].is_string() || !data[i].contains(target_key) ||
+        !data[i][target_key].is_string()) {
+      return Fail(absl::StrFormat("%s: item %d needs string fields '%s' and '%s'",
+                                  *args.Get("data"), i, source_key, target_key));
+    }
+  }
+  const size_t count = limit >= 0 ? std::min<size_t>(limit, data.size()) : data.size();
+  auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  std::vector<absl::StatusOr<SessionTrace>> results(count, absl::UnknownError("not run"));
+  std::atomic<size_t> next{0}, finished{0};
+  const bool tty = ::isatty(STDERR_FILENO);
+  std::mutex progress_mu;
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < count; i = next++) {
+        results[i] = RunSession(*stub, *connect, *config,
+                                Words(data[i][source_key].get<std::string>()), rate);
+        const size_t n = ++finished;
+        std::lock_guard<std::mutex> lock(progress_mu);
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        if (tty) {
+          std::fprintf(stderr, "\r[%zu/%zu] %.1f s", n, count, s);
+        } else if (n % 10 == 0 || n == count) {
+          std::fprintf(stderr, "gpe-client: %zu/%zu sentences, %.1f s\n", n, count, s);
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  if (tty) std::fprintf(stderr, "\n");
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::ofstream out;
+  if (auto path = args.Get("out")) {
+    out.open(*path);
+    if (!out) return Fail(*path + ": cannot create file");
+  }
+  std::vector<std::string> hyps, refs;
+  double al = 0, laal = 0, al_ms = 0;
+  int64_t target_tokens = 0, source_tokens = 0, forward_tokens = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!results[i].ok()) {
+      return Fail(absl::StrFormat("item %d: %s: %s", i,
+                                  absl::StatusCodeToString(results[i].status().code()),
+                                  results[i].status().message()));
+    }
+    const v1::SessionDone& done = results[i]->done;
+    const double y = static_cast<double>(Words(done.text()).size());
+    const auto [a, l] = Lagging(done, y);
+    al += a;
+    laal += l;
+    // Computation-aware AL: delays in ms against a source of |X| units at the pace given
+    // (all at once: every unit at time 0).
+    const std::vector<double> ms(done.delays_ms().begin(), done.delays_ms().end());
+    const double unit_ms = rate > 0 ? 1000.0 / rate : 0.0;
+    if (!ms.empty()) {
+      const double x = static_cast<double>(done.source_units());
+      const double gamma = std::max(1.0, y) / x;
+      double sum = 0;
+      for (size_t t = 0; t < ms.size(); ++t) sum += ms[t] - t / gamma * unit_ms;
+      al_ms += sum / ms.size();
+    }
+    target_tokens += done.ids_size();
+    source_tokens += done.counters().source_tokens();
+    forward_tokens += done.counters().forward_tokens();
+    hyps.push_back(done.text());
+    refs.push_back(data[i][target_key].get<std::string>());
+    if (out.is_open()) {
+      out << nlohmann::json{{"source", data[i][source_key].get<std::string>()},
+                            {"reference", refs.back()},
+                            {"output", done.text()},
+                            {"output_ids", std::vector<int32_t>(done.ids().begin(),
+                                                                done.ids().end())},
+                            {"delays", std::vector<int64_t>(done.delays().begin(),
+                                                            done.delays().end())},
+                            {"delays_ms", ms},
+                            {"forward_tokens", done.counters().forward_tokens()},
+                            {"reason", done.finish_reason()}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+          << "\n";
+    }
+  }
+  const double n = std::max<double>(1, static_cast<double>(count));
+  const eval::BleuScore bleu = eval::CorpusBleu(hyps, refs);
+  std::cout << bleu.ToString() << "\n"
+            << "signature: " << eval::BleuScore::Signature() << "\n"
+            << absl::StrFormat(
+                   "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, concurrency %d)\n",
+                   al / n, laal / n, count, *args.Get("paradigm"), concurrency)
+            << absl::StrFormat("computation-aware AL = %.1f ms\n", al_ms / n)
+            << absl::StrFormat(
+                   "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens\n",
+                   source_tokens / n, target_tokens / n, forward_tokens / n)
+            << absl::StrFormat("throughput: %.1f target tokens/s, %.2f sentences/s (%.1f s)\n",
+                               target_tokens / seconds, count / seconds, seconds);
+  return 0;
+}
+
+int HealthCommand(int argc, char** argv) {
+  cli::Args args("gpe-client health [--server HOST:PORT]",
+                 "Asks grpc.health.v1.Health/Check; prints SERVING or NOT_SERVING and exits 0\n"
+                 "only when the server is SERVING.");
+  AddConnectFlags(args);
+  args.AddString("timeout", "S", "seconds to wait for an answer", "5");
+  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = ConnectFrom(args);
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  double timeout = 5;
+  if (!absl::SimpleAtod(*args.Get("timeout"), &timeout) || timeout <= 0) {
+    return Fail("--timeout takes a positive number", 2);
+  }
+  auto serving = CheckHealth(*connect, timeout);
+  if (!serving.ok()) {
+    std::cout << "UNREACHABLE (" << absl::StatusCodeToString(serving.status().code()) << ": "
+              << serving.status().message() << ")\n";
+    return 1;
+  }
+  std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+  return *serving ? 0 : 1;
+}
+
+int ModelsCommand(int argc, char** argv) {
+  cli::Args args("gpe-client models [--server HOST:PORT]",
+                 "Lists what the server serves (ListModels), as JSON.");
+  AddConnectFlags(args);
+  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = ConnectFrom(args);
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  grpc::ClientContext context;
+  Authorize(*connect, &context);
+  v1::ListModelsResponse response;
+  if (grpc::Status s = stub->ListModels(&context, v1::ListModelsRequest(), &response); !s.ok()) {
+    return Fail(absl::StrFormat("%s: %s", absl::StatusCodeToString(FromGrpc(s).code()),
+                                s.error_message()));
+  }
+  for (const v1::ModelInfo& m : response.models()) {
+    std::cout << nlohmann::json{{"name", m.name()},
+                                {"architecture", m.architecture()},
+                                {"dtype", m.dtype()},
+                                {"device", m.device()},
+                                {"vocab_size", m.vocab_size()},
+                                {"profiles", std::vector<std::string>(m.profiles().begin(),
+                                                                      m.profiles().end())},
+                                {"default_profile", m.default_profile()},
+                                {"kv_blocks", m.kv_blocks()},
+                                {"block_size", m.block_size()},
+                                {"max_sessions", m.max_sessions()}}
+                     .dump()
+              << "\n";
+  }
+  return 0;
+}
+
+constexpr char kUsage[] =
+    "usage: gpe-client COMMAND [options]   (gpe-client COMMAND --help for its options)\n"
+    "\n"
+    "commands:\n"
+    "  stream   stream a text to the server at a pace and print the target live\n"
+    "  eval     run a data set through the server: BLEU, AL, LAAL, throughput\n"
+    "  health   exit 0 when the server is SERVING\n"
+    "  models   what the server serves\n";
+
+}  // namespace
+}  // namespace gpeserve::client
+
+int main(int argc, char** argv) {
+  using namespace gpeserve::client;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "stream") return StreamCommand(argc, argv);
+  if (command == "eval") return EvalCommand(argc, argv);
+  if (command == "health") return HealthCommand(argc, argv);
+  if (command == "models") return ModelsCommand(argc, argv);
+  std::fprintf(stderr, "gpe-client: unknown command '%s'\n\n%s", argv[1], kUsage);
+  return 2;
+}

@@ -1,0 +1,218 @@
+#include "server/metrics.h"
+
+#include <mutex>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace gpeserve::server {
+namespace {
+
+using prometheus::Histogram;
+
+const Histogram::BucketBoundaries kLatencyBuckets = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0};
+const Histogram::BucketBoundaries kSessionBuckets = {0.3,  0.5,  0.8,  1.0,   1.5,   2.0,
+                                                     2.5,  5.0,  10.0, 15.0,  20.0,  30.0,
+                                                     40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
+const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,    8,    16,   32,  64,
+                                                   128, 256, 512, 1024, 2048, 4096, 8192};
+const Histogram::BucketBoundaries kWordBuckets = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+
+}  // namespace
+
+Metrics::Metrics(const std::string& model)
+    : registry_(std::make_shared<prometheus::Registry>()), model_(model) {
+  const prometheus::Labels labels{{"model", model}};
+  auto histogram = [&](const std::string& name, const std::string& help,
+                       const Histogram::BucketBoundaries& buckets) {
+    return &prometheus::BuildHistogram()
+                .Name("gpeserve:" + name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels, buckets);
+  };
+  auto gauge = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildGauge().Name("gpeserve:" + name).Help(help).Register(*registry_).Add(
+        labels);
+  };
+  auto counter = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter()
+                .Name("gpeserve:" + name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels);
+  };
+  ttft_ = histogram("time_to_first_token_seconds",
+                    "Time from the session's config to its first target token.", kLatencyBuckets);
+  itl_ = histogram("inter_token_latency_seconds",
+                   "Time between consecutive target tokens of a session.", kLatencyBuckets);
+  e2e_ = histogram("e2e_session_latency_seconds", "Time from a session's config to its end.",
+                   kSessionBuckets);
+  queue_ = histogram("queue_time_seconds",
+                     "Time a session waited before its first forward step.", kLatencyBuckets);
+  iteration_tokens_ =
+      histogram("iteration_tokens", "Tokens computed in one forward step.", kTokenBuckets);
+  word_lag_words_ = histogram("word_lag_words",
+                              "Per target word: source words read when it was complete, beyond "
+                              "the words it could have followed (its delay minus its index).",
+                              kWordBuckets);
+  word_lag_seconds_ = histogram(
+      "word_lag_seconds",
+      "Per target word: wall time from the arrival of the last source word it read to its "
+      "emission.",
+      kLatencyBuckets);
+  running_ = gauge("num_sessions_running", "Sessions admitted to the engine.");
+  waiting_ = gauge("num_sessions_waiting", "Sessions waiting for admission (new or preempted).");
+  kv_usage_ = gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).");
+  source_tokens_ = counter("source_tokens_total", "Prompt and source tokens read.");
+  generation_tokens_ = counter("generation_tokens_total", "Target tokens generated.");
+  preemptions_ = counter("num_preemptions_total", "Sessions preempted by recompute.");
+  prefix_queries_ =
+      counter("prefix_cache_queries_total", "Prompt prefix blocks looked up in the cache.");
+  prefix_hits_ = counter("prefix_cache_hits_total", "Prompt prefix blocks found in the cache.");
+  finished_ = &prometheus::BuildCounter()
+                   .Name("gpeserve:session_finished_total")
+                   .Help("Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
+                         "cancelled, error).")
+                   .Register(*registry_);
+  for (const char* reason :
+       {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {
+    finished_->Add({{"model", model}, {"reason", reason}});
+  }
+}
+
+Metrics::~Metrics() {
+  stop_ = true;
+  if (http_thread_.joinable()) http_thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+absl::Status Metrics::Serve(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  std::string host = colon == std::string::npos ? "0.0.0.0" : address.substr(0, colon);
+  if (host.empty() || host == "*") host = "0.0.0.0";
+  if (host == "localhost") host = "127.0.0.1";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (!absl::SimpleAtoi(colon == std::string::npos ? address : address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError("metrics address '" + address +
+                                      "': expected IPv4-HOST:PORT, e.g. 127.0.0.1:9090");
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd, 16) != 0) {
+    const std::string error = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return absl::UnavailableError("cannot serve metrics on " + address + ": " + error);
+  }
+  socklen_t length = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  listen_fd_ = fd;
+  port_ = ntohs(addr.sin_port);
+  http_thread_ = std::thread([this] { ServeLoop(); });
+  return absl::OkStatus();
+}
+
+void Metrics::ServeLoop() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) continue;
+    // Read the request head (bounded, with a short timeout), answer, close.
+    timeval timeout{1, 0};
+    ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    std::string request;
+    char buffer[2048];
+    while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
+      const ssize_t n = ::recv(client, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      request.append(buffer, static_cast<size_t>(n));
+    }
+    const size_t line_end = request.find("\r\n");
+    const std::string line = request.substr(0, line_end);
+    std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+    if (line.rfind("GET /metrics ", 0) == 0 || line.rfind("GET /metrics?", 0) == 0) {
+      body = Render();
+    } else if (line.rfind("GET ", 0) == 0) {
+      status = "404 Not Found";
+      type = "text/plain";
+      body = "gpeserve serves /metrics only\n";
+    } else {
+      status = "405 Method Not Allowed";
+      type = "text/plain";
+      body = "use GET /metrics\n";
+    }
+    const std::string response =
+        absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+    for (size_t sent = 0; sent < response.size();) {
+      const ssize_t n =
+          ::send(client, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    ::close(client);
+  }
+}
+
+int Metrics::port() const { return port_; }
+
+std::string Metrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::ObserveStep(int64_t tokens) { iteration_tokens_->Observe(tokens); }
+void Metrics::ObserveQueueTime(double seconds) { queue_->Observe(seconds); }
+void Metrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
+void Metrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
+void Metrics::ObserveSessionLatency(double seconds) { e2e_->Observe(seconds); }
+void Metrics::ObserveWordLag(double words, double seconds) {
+  word_lag_words_->Observe(words);
+  word_lag_seconds_->Observe(seconds);
+}
+
+void Metrics::SessionFinished(const std::string& reason) {
+  finished_->Add({{"model", model_}, {"reason", reason}}).Increment();
+}
+
+void Metrics::Update(const engine::EngineStats& stats) {
+  std::lock_guard<std::mutex> lock(update_mu_);
+  running_->Set(static_cast<double>(stats.sessions_running));
+  waiting_->Set(static_cast<double>(stats.sessions_waiting));
+  kv_usage_->Set(stats.kv.total_blocks > 0
+                     ? 1.0 - static_cast<double>(stats.kv.free_blocks) / stats.kv.total_blocks
+                     : 0.0);
+  auto advance = [](prometheus::Counter* c, int64_t now, int64_t before) {
+    if (now > before) c->Increment(static_cast<double>(now - before));
+  };
+  advance(source_tokens_, stats.source_tokens, last_.source_tokens);
+  advance(generation_tokens_, stats.generated_tokens, last_.generated_tokens);
+  advance(preemptions_, stats.preemptions, last_.preemptions);
+  advance(prefix_queries_, stats.kv.prefix_hits + stats.kv.prefix_misses,
+          last_.kv.prefix_hits + last_.kv.prefix_misses);
+  advance(prefix_hits_, stats.kv.prefix_hits, last_.kv.prefix_hits);
+  last_ = stats;
+}
+
+}  // namespace gpeserve::server

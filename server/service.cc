@@ -1,0 +1,635 @@
+#include "server/service.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/tokenizer/unicode.h"
+
+namespace gpeserve::server {
+
+using v1::StreamRequest;
+using v1::StreamResponse;
+using Clock = std::chrono::steady_clock;
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush) {
+  std::vector<std::string> words;
+  std::string current = std::move(*partial);
+  partial->clear();
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      if (!current.empty()) words.push_back(std::move(current));
+      current.clear();
+    } else {
+      current.push_back(c);
+    }
+  }
+  if (flush) {
+    if (!current.empty()) words.push_back(std::move(current));
+  } else {
+    *partial = std::move(current);
+  }
+  return words;
+}
+
+// ---- Calls and sessions -------------------------------------------------------------------------
+
+struct Service::CallRegistry {
+  std::mutex mu;
+  int64_t calls = 0;                                                   // guarded by mu
+  std::map<const void*, std::shared_ptr<engine::SessionHandle>> open;  // guarded by mu
+};
+
+namespace {
+
+// The output side of a call, shared by its reactor (gRPC threads) and its engine session's
+// callback (the engine loop thread): engine events become queued responses, written one at a
+// time; the call finishes once the final response is written.
+class Pipe {
+ public:
+  class Sink {
+   public:
+    virtual ~Sink() = default;
+    virtual void Write(const StreamResponse& response) = 0;  // StartWrite
+    virtual void End(const grpc::Status& status) = 0;        // Finish
+  };
+
+  Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
+      : sink_(sink), metrics_(metrics), max_queued_(max_queued) {}
+
+  // Source units arrived (the reactor's thread): their arrival times, for word lag.
+  void SourceArrived(size_t units) {
+    std::lock_guard<std::mutex> lock(mu_);
+    arrivals_.insert(arrivals_.end(), units, Clock::now());
+  }
+
+  // The engine's callback (loop thread). False when the client is too far behind.
+  bool OnEvent(const engine::SessionEvent& e) {
+    const Clock::time_point now = Clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (end_ || ended_) return true;  // the call is ending; nothing more goes out
+    switch (e.kind) {
+      case engine::SessionEvent::Kind::kTokens: {
+        if (queue_.size() >= max_queued_) return false;
+        if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
+        if (e.word_complete) ObserveWord(now, e.units_read);
+        StreamResponse response;
+        v1::TokenDelta* delta = response.mutable_delta();
+        delta->mutable_ids()->Add(e.ids.begin(), e.ids.end());
+        delta->set_text(e.text);
+        delta->set_word_complete(e.word_complete);
+        delta->set_source_units_read(e.units_read);
+        delta->set_server_time_us(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+        delta->set_session_time_us(
+            std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count());
+        queue_.push_back(std::move(response));
+        break;
+      }
+      case engine::SessionEvent::Kind::kDone: {
+        if (metrics_ != nullptr) {
+          metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
+          metrics_->ObserveQueueTime(e.queue_seconds);
+          metrics_->SessionFinished(e.reason);
+        }
+        StreamResponse response;
+        v1::SessionDone* done = response.mutable_done();
+        done->set_text(e.full_text);
+        done->mutable_ids()->Add(e.output.begin(), e.output.end());
+        done->mutable_delays()->Add(e.delays.begin(), e.delays.end());
+        const double end_ms = MsSinceFirstArrival(now);
+        for (size_t i = 0; i < e.delays.size(); ++i) {
+          done->add_delays_ms(i < word_ms_.size() ? word_ms_[i] : end_ms);
+        }
+        done->set_source_units(e.source_units);
+        v1::SessionCounters* c = done->mutable_counters();
+        c->set_source_tokens(e.counters.source_tokens);
+        c->set_forward_tokens(e.counters.forward_tokens);
+        c->set_shared_tokens(e.counters.shared_tokens);
+        c->set_preemptions(e.counters.preemptions);
+        done->set_finish_reason(e.reason);
+        queue_.push_back(std::move(response));
+        end_ = grpc::Status::OK;
+        break;
+      }
+      case engine::SessionEvent::Kind::kError:
+        if (metrics_ != nullptr) metrics_->SessionFinished("error");
+        end_ = ToGrpc(e.status);
+        break;
+    }
+    Pump(lock);
+    return true;
+  }
+
+  // Ends the call with `status` once what is queued is written (any thread).
+  void Fail(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!end_) end_ = status;
+    Pump(lock);
+  }
+
+  // The reactor's OnWriteDone.
+  void OnWriteDone(bool ok) {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) {  // the client is gone
+      queue_.clear();
+      if (!end_) end_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    Pump(lock);
+  }
+
+  // The reactor's OnDone: nothing may touch the sink from now on.
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    sink_ = nullptr;
+    ended_ = true;
+  }
+
+ private:
+  // Starts the next write, or finishes the call when everything is written. Called with mu_
+  // held; releases it before calling into gRPC (a reaction may run inline).
+  void Pump(std::unique_lock<std::mutex>& lock) {
+    if (sink_ == nullptr || writing_ || ended_) return;
+    Sink* sink = sink_;
+    if (!queue_.empty()) {
+      writing_ = true;
+      const StreamResponse& front = queue_.front();  // stays put until OnWriteDone pops it
+      lock.unlock();
+      sink->Write(front);
+      return;
+    }
+    if (end_) {
+      ended_ = true;
+      const grpc::Status status = *end_;
+      lock.unlock();
+      sink->End(status);
+    }
+  }
+
+  void ObserveTokens(Clock::time_point now, size_t count) {
+    if (metrics_ != nullptr) {
+      if (!last_token_) {
+        metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - opened_).count());
+      } else {
+        metrics_->ObserveInterTokenLatency(
+            std::chrono::duration<double>(now - *last_token_).count());
+      }
+      for (size_t i = 1; i < count; ++i) metrics_->ObserveInterTokenLatency(0);
+    }
+    last_token_ = now;
+  }
+
+  // A target word ended with `units_read` source units read.
+  void ObserveWord(Clock::time_point now, int64_t units_read) {
+    const int64_t before = static_cast<int64_t>(word_ms_.size());  // target words before it
+    word_ms_.push_back(MsSinceFirstArrival(now));
+    if (metrics_ == nullptr) return;
+    double lag_seconds = 0;
+    if (units_read >= 1 && static_cast<size_t>(units_read) <= arrivals_.size()) {
+      lag_seconds = std::chrono::duration<double>(now - arrivals_[units_read - 1]).count();
+    }
+    metrics_->ObserveWordLag(static_cast<double>(std::max<int64_t>(0, units_read - before)),
+                             lag_seconds);
+  }
+
+  double MsSinceFirstArrival(Clock::time_point now) const {
+    const Clock::time_point first = arrivals_.empty() ? opened_ : arrivals_.front();
+    return std::chrono::duration<double, std::milli>(now - first).count();
+  }
+
+  std::mutex mu_;
+  Sink* sink_;  // guarded by mu_; null after Detach
+  Metrics* const metrics_;
+  const size_t max_queued_;
+  const Clock::time_point opened_ = Clock::now();
+  std::deque<StreamResponse> queue_;     // guarded by mu_; front is being written if writing_
+  bool writing_ = false;                 // guarded by mu_
+  std::optional<grpc::Status> end_;      // guarded by mu_: finish with this once drained
+  bool ended_ = false;                   // guarded by mu_: Finish was called (or detached)
+  std::vector<Clock::time_point> arrivals_;  // guarded by mu_: per source unit
+  std::vector<double> word_ms_;              // guarded by mu_: per target word
+  std::optional<Clock::time_point> last_token_;
+};
+
+// Opens an engine session whose events go to `pipe`.
+absl::StatusOr<std::shared_ptr<engine::SessionHandle>> OpenSession(
+    Service& service, const engine::SessionConfig& config, std::shared_ptr<Pipe> pipe) {
+  if (!service.accepting()) {
+    return absl::UnavailableError("the server is shutting down; retry on another replica");
+  }
+  return service.engine().Open(
+      config, [pipe = std::move(pipe)](const engine::SessionEvent& e) { return pipe->OnEvent(e); });
+}
+
+// Checks one source word: non-empty, valid UTF-8, no whitespace, within the size limit.
+absl::Status CheckWord(const std::string& word, int max_bytes) {
+  if (word.empty()) return absl::InvalidArgumentError("a source word is empty");
+  if (static_cast<int>(word.size()) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a source word has ", word.size(),
+                                                   " bytes; the limit is ", max_bytes,
+                                                   " (max_word_bytes)"));
+  }
+  if (!tokenizer::ValidateUtf8(word).ok()) {
+    return absl::InvalidArgumentError("a source word is not valid UTF-8");
+  }
+  for (char c : word) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      return absl::InvalidArgumentError(
+          "a source word contains whitespace; send words without it, or send `text`");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Registers a call for CancelAll and active_calls.
+class CallScope {
+ public:
+  explicit CallScope(std::shared_ptr<Service::CallRegistry> registry)
+      : registry_(std::move(registry)) {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    ++registry_->calls;
+  }
+  ~CallScope() {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    --registry_->calls;
+    registry_->open.erase(this);
+  }
+  void SetSession(std::shared_ptr<engine::SessionHandle> handle) {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    registry_->open[this] = std::move(handle);
+  }
+  void Cancel() {
+    std::shared_ptr<engine::SessionHandle> handle;
+    {
+      std::lock_guard<std::mutex> lock(registry_->mu);
+      auto it = registry_->open.find(this);
+      if (it != registry_->open.end()) handle = it->second;
+    }
+    if (handle) handle->Cancel();
+  }
+
+ private:
+  std::shared_ptr<Service::CallRegistry> registry_;
+};
+
+class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, StreamResponse>,
+                            public Pipe::Sink {
+ public:
+  StreamReactor(Service& service, grpc::CallbackServerContext* context)
+      : service_(service),
+        scope_(service.registry()),
+        pipe_(std::make_shared<Pipe>(this, service.metrics(),
+                                     service.config().max_queued_events)) {
+    if (grpc::Status s = service.Authenticate(*context); !s.ok()) {
+      pipe_->Fail(s);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side (or went away): the source is complete
+      if (!handle_) {
+        pipe_->Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "the request stream ended before a SessionConfig"));
+      } else if (!source_ended_) {
+        EndSource();
+      }
+      return;
+    }
+    if (grpc::Status s = Handle(request_); !s.ok()) {
+      scope_.Cancel();
+      pipe_->Fail(s);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override { pipe_->OnWriteDone(ok); }
+  void OnCancel() override { scope_.Cancel(); }
+  void OnDone() override {
+    pipe_->Detach();
+    delete this;
+  }
+
+  void Write(const StreamResponse& response) override { StartWrite(&response); }
+  void End(const grpc::Status& status) override { Finish(status); }
+
+ private:
+  grpc::Status Handle(const StreamRequest& request) {
+    const ServiceConfig& config = service_.config();
+    switch (request.kind_case()) {
+      case StreamRequest::kConfig: {
+        if (handle_) {
+          return {grpc::StatusCode::INVALID_ARGUMENT, "a second SessionConfig in one stream"};
+        }
+        auto engine_config = service_.ToEngineConfig(request.config(), /*batch=*/false);
+        if (!engine_config.ok()) return ToGrpc(engine_config.status());
+        auto handle = OpenSession(service_, *engine_config, pipe_);
+        if (!handle.ok()) return ToGrpc(handle.status());
+        handle_ = *handle;
+        scope_.SetSession(handle_);
+        return grpc::Status::OK;
+      }
+      case StreamRequest::kChunk: {
+        if (!handle_) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  "the first request of a stream must be a SessionConfig"};
+        }
+        if (source_ended_) {
+          return {grpc::StatusCode::FAILED_PRECONDITION, "a SourceChunk after EndOfSource"};
+        }
+        const v1::SourceChunk& chunk = request.chunk();
+        if (chunk.words_size() > 0 && !chunk.text().empty()) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  "a SourceChunk has both words and text; send one of them"};
+        }
+        std::vector<std::string> words;
+        if (chunk.words_size() > 0) {
+          words = SplitWords("", &partial_, /*flush=*/true);  // a word cut in earlier text
+          words.insert(words.end(), chunk.words().begin(), chunk.words().end());
+        } else {
+          if (!tokenizer::ValidateUtf8(chunk.text()).ok()) {
+            return {grpc::StatusCode::INVALID_ARGUMENT, "the chunk's text is not valid UTF-8"};
+          }
+          words = SplitWords(chunk.text(), &partial_, /*flush=*/false);
+          if (static_cast<int>(partial_.size()) > config.max_word_bytes) {
+            return ToGrpc(CheckWord(partial_, config.max_word_bytes));
+          }
+        }
+        if (static_cast<int>(words.size()) > config.max_chunk_words) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("a SourceChunk has ", words.size(), " words; the limit is ",
+                               config.max_chunk_words, " (max_chunk_words): send smaller chunks")};
+        }
+        for (const std::string& word : words) {
+          if (absl::Status s = CheckWord(word, config.max_word_bytes); !s.ok()) return ToGrpc(s);
+        }
+        Push(std::move(words));
+        return grpc::Status::OK;
+      }
+      case StreamRequest::kEnd:
+        if (!handle_) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  "the first request of a stream must be a SessionConfig"};
+        }
+        if (source_ended_) return {grpc::StatusCode::FAILED_PRECONDITION, "EndOfSource twice"};
+        EndSource();
+        return grpc::Status::OK;
+      case StreamRequest::KIND_NOT_SET:
+        break;
+    }
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "an empty StreamRequest: set config, chunk or end"};
+  }
+
+  void Push(std::vector<std::string> words) {
+    if (words.empty()) return;
+    pipe_->SourceArrived(words.size());
+    handle_->Push(std::move(words));
+  }
+
+  void EndSource() {
+    Push(SplitWords("", &partial_, /*flush=*/true));
+    source_ended_ = true;
+    pipe_->SourceArrived(1);  // the end segment
+    handle_->EndSource();
+  }
+
+  Service& service_;
+  CallScope scope_;
+  std::shared_ptr<Pipe> pipe_;
+  StreamRequest request_;
+  std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
+  std::string partial_;  // a word cut at the end of the last text chunk
+  bool source_ended_ = false;
+};
+
+class GenerateReactor final : public grpc::ServerWriteReactor<StreamResponse>, public Pipe::Sink {
+ public:
+  GenerateReactor(Service& service, grpc::CallbackServerContext* context,
+                  const v1::GenerateRequest& request)
+      : scope_(service.registry()),
+        pipe_(std::make_shared<Pipe>(this, service.metrics(),
+                                     service.config().max_queued_events)) {
+    grpc::Status status = service.Authenticate(*context);
+    if (status.ok()) status = Start(service, request);
+    if (!status.ok()) pipe_->Fail(status);
+  }
+
+  void OnWriteDone(bool ok) override { pipe_->OnWriteDone(ok); }
+  void OnCancel() override { scope_.Cancel(); }
+  void OnDone() override {
+    pipe_->Detach();
+    delete this;
+  }
+  void Write(const StreamResponse& response) override { StartWrite(&response); }
+  void End(const grpc::Status& status) override { Finish(status); }
+
+ private:
+  grpc::Status Start(Service& service, const v1::GenerateRequest& request) {
+    if (!tokenizer::ValidateUtf8(request.text()).ok()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "the text is not valid UTF-8"};
+    }
+    std::string partial;
+    std::vector<std::string> words = SplitWords(request.text(), &partial, /*flush=*/true);
+    for (const std::string& word : words) {
+      if (absl::Status s = CheckWord(word, service.config().max_word_bytes); !s.ok()) {
+        return ToGrpc(s);
+      }
+    }
+    auto config = service.ToEngineConfig(request.config(), /*batch=*/true);
+    if (!config.ok()) return ToGrpc(config.status());
+    auto handle = OpenSession(service, *config, pipe_);
+    if (!handle.ok()) return ToGrpc(handle.status());
+    scope_.SetSession(*handle);
+    pipe_->SourceArrived(words.size() + 1);
+    (*handle)->Push(std::move(words));
+    (*handle)->EndSource();
+    return grpc::Status::OK;
+  }
+
+  CallScope scope_;
+  std::shared_ptr<Pipe> pipe_;
+};
+
+}  // namespace
+
+// ---- Service ------------------------------------------------------------------------------------
+
+Service::Service(std::shared_ptr<engine::Engine> engine, Metrics* metrics, ServiceConfig config)
+    : engine_(std::move(engine)),
+      metrics_(metrics),
+      config_(std::move(config)),
+      registry_(std::make_shared<CallRegistry>()) {}
+
+Service::~Service() = default;
+
+grpc::ServerBidiReactor<StreamRequest, StreamResponse>* Service::Stream(
+    grpc::CallbackServerContext* context) {
+  return new StreamReactor(*this, context);
+}
+
+grpc::ServerWriteReactor<StreamResponse>* Service::Generate(grpc::CallbackServerContext* context,
+                                                            const v1::GenerateRequest* request) {
+  return new GenerateReactor(*this, context, *request);
+}
+
+grpc::ServerUnaryReactor* Service::ListModels(grpc::CallbackServerContext* context,
+                                              const v1::ListModelsRequest* request,
+                                              v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = Authenticate(*context); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  const engine::EngineInfo info = engine_->info();
+  v1::ModelInfo* model = response->add_models();
+  model->set_name(config_.model_name);
+  model->set_architecture(info.architecture);
+  model->set_dtype(info.dtype);
+  model->set_device(info.device);
+  model->set_vocab_size(info.vocab_size);
+  for (const auto& [name, profile] : config_.profiles) model->add_profiles(name);
+  model->set_default_profile(config_.default_profile);
+  model->set_kv_blocks(info.kv_blocks);
+  model->set_block_size(info.block_size);
+  model->set_max_sessions(info.max_sessions);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void Service::StopAccepting() { accepting_ = false; }
+
+void Service::CancelAll() {
+  std::vector<std::shared_ptr<engine::SessionHandle>> handles;
+  {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    for (const auto& [call, handle] : registry_->open) handles.push_back(handle);
+  }
+  for (const auto& handle : handles) handle->Cancel();
+}
+
+int64_t Service::active_calls() const {
+  std::lock_guard<std::mutex> lock(registry_->mu);
+  return registry_->calls;
+}
+
+grpc::Status Service::Authenticate(const grpc::CallbackServerContext& context) const {
+  if (config_.auth_token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end() ||
+      std::string_view(it->second.data(), it->second.size()) != "Bearer " + config_.auth_token) {
+    return {grpc::StatusCode::UNAUTHENTICATED,
+            "this server needs a token: send metadata 'authorization: Bearer <token>' "
+            "(gpe-client --auth_token_file FILE)"};
+  }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionConfig& config,
+                                                              bool batch) const {
+  engine::SessionConfig out;
+  session::SessionOptions& options = out.options;
+  if (config.has_prompt()) {
+    const v1::Prompt& p = config.prompt();
+    if (p.assistant().empty() || p.end().empty()) {
+      return absl::InvalidArgumentError(
+          "prompt.assistant and prompt.end must not be empty (they mark the target's start and "
+          "the source's end)");
+    }
+    options.profile.name = "custom";
+    options.profile.instruct = p.instruct();
+    options.profile.user = p.user();
+    options.profile.assistant = p.assistant();
+    options.profile.end = p.end();
+    options.profile.add_space = p.add_space();
+  } else {
+    const std::string name = config.profile().empty() ? config_.default_profile : config.profile();
+    auto it = config_.profiles.find(name);
+    if (it == config_.profiles.end()) {
+      std::vector<std::string> names;
+      for (const auto& [known, profile] : config_.profiles) names.push_back(known);
+      return absl::InvalidArgumentError(absl::StrCat("unknown profile '", name,
+                                                     "'; this server has: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    options.profile = it->second;
+  }
+  if (config.has_instruction()) options.profile.instruction = config.instruction();
+  if (config.has_phi()) options.profile.phi = config.phi();
+
+  const int wait_k = config.wait_k() == 0 ? config_.default_wait_k : config.wait_k();
+  if (config.wait_k() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait_k is ", config.wait_k(), "; it must be between 1 and 1000"));
+  }
+  options.policy.wait_k = wait_k;
+  switch (config.split()) {
+    case v1::SessionConfig::SPLIT_UNSPECIFIED:
+    case v1::SessionConfig::SPLIT_WORD:
+      options.policy.split = policy::SplitMode::kWord;
+      break;
+    case v1::SessionConfig::SPLIT_TOKEN:
+      options.policy.split = policy::SplitMode::kToken;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown split ", static_cast<int>(config.split())));
+  }
+  switch (config.paradigm()) {
+    case v1::SessionConfig::PARADIGM_UNSPECIFIED:
+    case v1::SessionConfig::PARADIGM_GPE:
+      options.paradigm = session::Paradigm::kGpe;
+      break;
+    case v1::SessionConfig::PARADIGM_REENCODE:
+      options.paradigm = session::Paradigm::kReencode;
+      break;
+    case v1::SessionConfig::PARADIGM_INTERLEAVED:
+      options.paradigm = session::Paradigm::kInterleaved;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown paradigm ", static_cast<int>(config.paradigm())));
+  }
+  if (batch) options.paradigm = session::Paradigm::kBatch;
+  const uint32_t max_new =
+      config.max_new_tokens() == 0 ? config_.default_max_new_tokens : config.max_new_tokens();
+  if (max_new > static_cast<uint32_t>(config_.max_new_tokens_limit)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens is ", max_new,
+                                                   "; this server allows at most ",
+                                                   config_.max_new_tokens_limit));
+  }
+  options.policy.max_new_tokens = static_cast<int>(max_new);
+  if (config.max_write_tokens() > 0) {
+    if (config.max_write_tokens() > max_new) {
+      return absl::InvalidArgumentError("max_write_tokens must not exceed max_new_tokens");
+    }
+    options.policy.max_write_tokens = static_cast<int>(config.max_write_tokens());
+  }
+  options.max_source_tokens = config_.max_source_tokens;
+
+  const v1::Sampling& s = config.sampling();
+  out.sampling.temperature = s.temperature();
+  out.sampling.top_k = s.top_k();
+  out.sampling.top_p = s.top_p() == 0 ? 1.0 : s.top_p();
+  if (s.has_seed()) out.sampling.seed = s.seed();
+  if (absl::Status status = sampler::Validate(out.sampling); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: ", status.message()));
+  }
+  return out;
+}
+
+}  // namespace gpeserve::server

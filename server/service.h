@@ -1,0 +1,90 @@
+// The gRPC service (proto/gpeserve/v1/gpeserve.proto) on top of the engine: one callback
+// reactor per call, never blocking in a reaction, one read and one write in flight. Engine
+// events are queued per session (bounded: a client that stops reading gets its session
+// cancelled with RESOURCE_EXHAUSTED; the engine never waits for it) and drained into writes.
+//
+// Thread-safety: the service is used by gRPC's threads and the engine's loop thread; its
+// public methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/policy/profile.h"
+#include "gpeserve/v1/gpeserve.grpc.pb.h"
+#include "server/metrics.h"
+
+namespace gpeserve::server {
+
+struct ServiceConfig {
+  std::string model_name;               // ListModels' name and the metrics' model label
+  std::string default_profile;          // a key of `profiles`
+  std::map<std::string, policy::Profile> profiles;  // what sessions may ask for by name
+  int default_wait_k = 3;
+  int default_max_new_tokens = 256;
+  int max_new_tokens_limit = 2048;      // a session's max_new_tokens at most
+  int64_t max_source_tokens = 8192;     // tokens of source words per session
+  int max_chunk_words = 1000;           // words in one SourceChunk
+  int max_word_bytes = 1024;            // bytes in one word
+  int max_queued_events = 1024;         // per session; beyond: RESOURCE_EXHAUSTED
+  std::string auth_token;               // non-empty: "authorization: Bearer <token>" required
+};
+
+class Service final : public gpeserve::v1::Gpeserve::CallbackService {
+ public:
+  Service(std::shared_ptr<engine::Engine> engine, Metrics* metrics, ServiceConfig config);
+  ~Service() override;
+
+  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::StreamResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+
+  // New sessions are refused with UNAVAILABLE from now on; running ones go on.
+  void StopAccepting();
+  // Cancels every running session (they end with reason "cancelled").
+  void CancelAll();
+  // Calls whose reactor has not finished yet.
+  int64_t active_calls() const;
+
+  // Turns a SessionConfig into engine session options, or INVALID_ARGUMENT naming the field.
+  // `batch`: Generate (the paradigm is batch whatever the config says).
+  absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& config,
+                                                       bool batch) const;
+  // UNAUTHENTICATED unless the call carries the token (when one is configured).
+  grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
+
+  // Call bookkeeping for reactors (internal).
+  struct CallRegistry;
+  std::shared_ptr<CallRegistry> registry() const { return registry_; }
+  const ServiceConfig& config() const { return config_; }
+  engine::Engine& engine() const { return *engine_; }
+  Metrics* metrics() const { return metrics_; }
+  bool accepting() const { return accepting_.load(); }
+
+ private:
+  std::shared_ptr<engine::Engine> engine_;
+  Metrics* metrics_;
+  ServiceConfig config_;
+  std::atomic<bool> accepting_{true};
+  std::shared_ptr<CallRegistry> registry_;
+};
+
+// Converts a Status to a gRPC status (same code and message).
+grpc::Status ToGrpc(const absl::Status& status);
+
+// Splits text into words on whitespace. A word at the end of `text` that is not followed by
+// whitespace is held in *partial (prefixed by what *partial held before) and not returned;
+// `flush` returns it too.
+std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush);
+
+}  // namespace gpeserve::server
