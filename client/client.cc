@@ -49,9 +49,8 @@ absl::StatusOr<SessionTrace> RunSession(
   // The writer paces the source; this thread reads.
   std::thread writer([&] {
     if (!stream->Write(first)) return;
-    const auto gap = words_per_second > 0
-                         ? std::chrono::duration<double>(1.0 / words_per_second)
-                         : std::chrono::duration<double>(0);
+    const auto gap = words_per_second > 0 ? std::chrono::duration<double>(1.0 / words_per_second)
+                                          : std::chrono::duration<double>(0);
     if (words_per_second <= 0 && !words.empty()) {
       v1::StreamRequest chunk;
       for (const std::string& word : words) chunk.mutable_chunk()->add_words(word);
@@ -120,7 +119,8 @@ absl::StatusOr<bool> CheckHealth(const ConnectOptions& options, double timeout_s
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return bytes == std::string("\x08\x01", 2);
 }
 

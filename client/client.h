@@ -17,8 +17,8 @@ namespace gpeserve::client {
 
 struct ConnectOptions {
   std::string server = "127.0.0.1:50051";
-  std::string auth_token;  // sent as "authorization: Bearer <token>" when non-empty
-  std::string tls_ca;      // PEM root certificates: TLS when non-empty
+  std::string auth_token;       // sent as "authorization: Bearer <token>" when non-empty
+  std::string tls_ca;           // PEM root certificates: TLS when non-empty
   std::string tls_server_name;  // override of the name checked in the certificate
 };
 
@@ -29,7 +29,7 @@ absl::Status FromGrpc(const grpc::Status& status);
 
 struct SessionTrace {
   v1::SessionDone done;
-  double first_token_ms = -1;  // from the config's send to the first token
+  double first_token_ms = -1;    // from the config's send to the first token
   std::vector<double> token_ms;  // arrival of each token, from the config's send
 };
 

@@ -211,14 +211,14 @@ int StreamCommand(int argc, char** argv) {
               delays.c_str(), al, laal, static_cast<long long>(done.source_units()),
               done.finish_reason().c_str());
   if (args.GetBool("json")) {
-    nlohmann::json j = {{"text", done.text()},
-                        {"ids", std::vector<int32_t>(done.ids().begin(), done.ids().end())},
-                        {"delays", std::vector<int64_t>(done.delays().begin(), done.delays().end())},
-                        {"delays_ms",
-                         std::vector<double>(done.delays_ms().begin(), done.delays_ms().end())},
-                        {"source_units", done.source_units()},
-                        {"finish_reason", done.finish_reason()},
-                        {"forward_tokens", done.counters().forward_tokens()}};
+    nlohmann::json j = {
+        {"text", done.text()},
+        {"ids", std::vector<int32_t>(done.ids().begin(), done.ids().end())},
+        {"delays", std::vector<int64_t>(done.delays().begin(), done.delays().end())},
+        {"delays_ms", std::vector<double>(done.delays_ms().begin(), done.delays_ms().end())},
+        {"source_units", done.source_units()},
+        {"finish_reason", done.finish_reason()},
+        {"forward_tokens", done.counters().forward_tokens()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;
@@ -258,9 +258,8 @@ int EvalCommand(int argc, char** argv) {
   if (!data.is_array()) return Fail(*args.Get("data") + ": expected a JSON array of objects");
   const std::string source_key = *args.Get("source_key"), target_key = *args.Get("target_key");
   for (size_t i = 0; i < data.size(); ++i) {
-    if (!data[i].is_object() || !data[i].contains(source_key) ||
-        !data[i][source_key].is_string() || !data[i].contains(target_key) ||
-        !data[i][target_key].is_string()) {
+    if (!data[i].is_object() || !data[i].contains(source_key) || !data[i][source_key].is_string() ||
+        !data[i].contains(target_key) || !data[i][target_key].is_string()) {
       return Fail(absl::StrFormat("%s: item %d needs string fields '%s' and '%s'",
                                   *args.Get("data"), i, source_key, target_key));
     }
@@ -331,10 +330,10 @@ int EvalCommand(int argc, char** argv) {
       out << nlohmann::json{{"source", data[i][source_key].get<std::string>()},
                             {"reference", refs.back()},
                             {"output", done.text()},
-                            {"output_ids", std::vector<int32_t>(done.ids().begin(),
-                                                                done.ids().end())},
-                            {"delays", std::vector<int64_t>(done.delays().begin(),
-                                                            done.delays().end())},
+                            {"output_ids",
+                             std::vector<int32_t>(done.ids().begin(), done.ids().end())},
+                            {"delays",
+                             std::vector<int64_t>(done.delays().begin(), done.delays().end())},
                             {"delays_ms", ms},
                             {"forward_tokens", done.counters().forward_tokens()},
                             {"reason", done.finish_reason()}}
@@ -393,8 +392,8 @@ int ModelsCommand(int argc, char** argv) {
   Authorize(*connect, &context);
   v1::ListModelsResponse response;
   if (grpc::Status s = stub->ListModels(&context, v1::ListModelsRequest(), &response); !s.ok()) {
-    return Fail(absl::StrFormat("%s: %s", absl::StatusCodeToString(FromGrpc(s).code()),
-                                s.error_message()));
+    return Fail(
+        absl::StrFormat("%s: %s", absl::StatusCodeToString(FromGrpc(s).code()), s.error_message()));
   }
   for (const v1::ModelInfo& m : response.models()) {
     std::cout << nlohmann::json{{"name", m.name()},

@@ -219,10 +219,9 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const
   event.source_units = s.source_units();
   event.units_read = s.units_read();
   event.counters = s.counters();
-  event.queue_seconds =
-      std::chrono::duration<double>(live.first_run.value_or(std::chrono::steady_clock::now()) -
-                                    live.opened)
-          .count();
+  event.queue_seconds = std::chrono::duration<double>(
+                            live.first_run.value_or(std::chrono::steady_clock::now()) - live.opened)
+                            .count();
   return event;
 }
 

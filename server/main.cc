@@ -89,8 +89,8 @@ int Run(int argc, char** argv) {
   args.AddString("block_size", "N", "tokens per KV block", "16");
   args.AddString("max_batch_tokens", "N", "tokens in one forward step", "512");
   args.AddString("max_sessions_per_step", "N", "sessions in one forward step", "64");
-  args.AddString("max_sessions", "N", "open sessions (running and waiting); beyond: RESOURCE_EXHAUSTED",
-                 "256");
+  args.AddString("max_sessions", "N",
+                 "open sessions (running and waiting); beyond: RESOURCE_EXHAUSTED", "256");
   args.AddString("wait_k", "K", "default wait-k of a session", "3");
   args.AddString("max_new_tokens", "N", "default target tokens of a session", "256");
   args.AddString("max_new_tokens_limit", "N", "a session's max_new_tokens at most", "2048");
@@ -114,15 +114,15 @@ int Run(int argc, char** argv) {
     }
     return true;
   };
-  int64_t threads, kv_memory, kv_blocks, block_size, max_batch, max_per_step, max_sessions,
-      wait_k, max_new, max_new_limit, max_source, max_chunk, max_word, max_message, max_queued,
-      drain;
+  int64_t threads, kv_memory, kv_blocks, block_size, max_batch, max_per_step, max_sessions, wait_k,
+      max_new, max_new_limit, max_source, max_chunk, max_word, max_message, max_queued, drain;
   if (!number("threads", 0, &threads) || !number("kv_cache_memory", 1, &kv_memory) ||
       !number("kv_blocks", 0, &kv_blocks) || !number("block_size", 1, &block_size) ||
       !number("max_batch_tokens", 1, &max_batch) ||
       !number("max_sessions_per_step", 1, &max_per_step) ||
       !number("max_sessions", 1, &max_sessions) || !number("wait_k", 1, &wait_k) ||
-      !number("max_new_tokens", 1, &max_new) || !number("max_new_tokens_limit", 1, &max_new_limit) ||
+      !number("max_new_tokens", 1, &max_new) ||
+      !number("max_new_tokens_limit", 1, &max_new_limit) ||
       !number("max_source_tokens", 1, &max_source) || !number("max_chunk_words", 1, &max_chunk) ||
       !number("max_word_bytes", 1, &max_word) || !number("max_message_bytes", 1, &max_message) ||
       !number("max_queued_events", 1, &max_queued) || !number("drain_seconds", 0, &drain)) {
@@ -181,10 +181,9 @@ int Run(int argc, char** argv) {
     model_dir = temp.string();
     service_config.model_name = "gpeserve-default-tiny";
   }
-  auto model = model::Model::Load(
-      model_dir, {.dtype = *args.Get("dtype"),
-                  .device = *args.Get("device"),
-                  .threads = static_cast<int>(threads)});
+  auto model = model::Model::Load(model_dir, {.dtype = *args.Get("dtype"),
+                                              .device = *args.Get("device"),
+                                              .threads = static_cast<int>(threads)});
   if (!temp.empty()) std::filesystem::remove_all(temp);  // the mapping stays valid
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if ((*model)->tokenizer() == nullptr) return Fail(model_dir + ": no tokenizer.json");

@@ -1,7 +1,5 @@
 #include "server/metrics.h"
 
-#include <mutex>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,7 +28,7 @@ const Histogram::BucketBoundaries kLatencyBuckets = {
 const Histogram::BucketBoundaries kSessionBuckets = {0.3,  0.5,  0.8,  1.0,   1.5,   2.0,
                                                      2.5,  5.0,  10.0, 15.0,  20.0,  30.0,
                                                      40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
-const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,    8,    16,   32,  64,
+const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,   8,    16,   32,   64,
                                                    128, 256, 512, 1024, 2048, 4096, 8192};
 const Histogram::BucketBoundaries kWordBuckets = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
 
@@ -47,8 +46,11 @@ Metrics::Metrics(const std::string& model)
                 .Add(labels, buckets);
   };
   auto gauge = [&](const std::string& name, const std::string& help) {
-    return &prometheus::BuildGauge().Name("gpeserve:" + name).Help(help).Register(*registry_).Add(
-        labels);
+    return &prometheus::BuildGauge()
+                .Name("gpeserve:" + name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels);
   };
   auto counter = [&](const std::string& name, const std::string& help) {
     return &prometheus::BuildCounter()
@@ -63,8 +65,8 @@ Metrics::Metrics(const std::string& model)
                    "Time between consecutive target tokens of a session.", kLatencyBuckets);
   e2e_ = histogram("e2e_session_latency_seconds", "Time from a session's config to its end.",
                    kSessionBuckets);
-  queue_ = histogram("queue_time_seconds",
-                     "Time a session waited before its first forward step.", kLatencyBuckets);
+  queue_ = histogram("queue_time_seconds", "Time a session waited before its first forward step.",
+                     kLatencyBuckets);
   iteration_tokens_ =
       histogram("iteration_tokens", "Tokens computed in one forward step.", kTokenBuckets);
   word_lag_words_ = histogram("word_lag_words",
@@ -87,8 +89,9 @@ Metrics::Metrics(const std::string& model)
   prefix_hits_ = counter("prefix_cache_hits_total", "Prompt prefix blocks found in the cache.");
   finished_ = &prometheus::BuildCounter()
                    .Name("gpeserve:session_finished_total")
-                   .Help("Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
-                         "cancelled, error).")
+                   .Help(
+                       "Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
+                       "cancelled, error).")
                    .Register(*registry_);
   for (const char* reason :
        {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {

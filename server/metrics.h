@@ -44,13 +44,13 @@ class Metrics {
   std::string Render() const;
 
   // ---- Observations ----
-  void ObserveStep(int64_t tokens);                     // tokens in one forward step
-  void ObserveQueueTime(double seconds);                // from open to first step
+  void ObserveStep(int64_t tokens);       // tokens in one forward step
+  void ObserveQueueTime(double seconds);  // from open to first step
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
-  void ObserveSessionLatency(double seconds);           // from open to done
-  void ObserveWordLag(double words, double seconds);    // per target word
-  void SessionFinished(const std::string& reason);      // done reasons and "error"
+  void ObserveSessionLatency(double seconds);         // from open to done
+  void ObserveWordLag(double words, double seconds);  // per target word
+  void SessionFinished(const std::string& reason);    // done reasons and "error"
   // Engine statistics: gauges are set, counters advance by what is new since the last call.
   void Update(const engine::EngineStats& stats);
 

@@ -213,10 +213,10 @@ class Pipe {
   Metrics* const metrics_;
   const size_t max_queued_;
   const Clock::time_point opened_ = Clock::now();
-  std::deque<StreamResponse> queue_;     // guarded by mu_; front is being written if writing_
-  bool writing_ = false;                 // guarded by mu_
-  std::optional<grpc::Status> end_;      // guarded by mu_: finish with this once drained
-  bool ended_ = false;                   // guarded by mu_: Finish was called (or detached)
+  std::deque<StreamResponse> queue_;         // guarded by mu_; front is being written if writing_
+  bool writing_ = false;                     // guarded by mu_
+  std::optional<grpc::Status> end_;          // guarded by mu_: finish with this once drained
+  bool ended_ = false;                       // guarded by mu_: Finish was called (or detached)
   std::vector<Clock::time_point> arrivals_;  // guarded by mu_: per source unit
   std::vector<double> word_ms_;              // guarded by mu_: per target word
   std::optional<Clock::time_point> last_token_;
@@ -289,8 +289,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, Stream
   StreamReactor(Service& service, grpc::CallbackServerContext* context)
       : service_(service),
         scope_(service.registry()),
-        pipe_(std::make_shared<Pipe>(this, service.metrics(),
-                                     service.config().max_queued_events)) {
+        pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
     if (grpc::Status s = service.Authenticate(*context); !s.ok()) {
       pipe_->Fail(s);
       return;
@@ -390,8 +389,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, Stream
       case StreamRequest::KIND_NOT_SET:
         break;
     }
-    return {grpc::StatusCode::INVALID_ARGUMENT,
-            "an empty StreamRequest: set config, chunk or end"};
+    return {grpc::StatusCode::INVALID_ARGUMENT, "an empty StreamRequest: set config, chunk or end"};
   }
 
   void Push(std::vector<std::string> words) {
@@ -412,7 +410,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, Stream
   std::shared_ptr<Pipe> pipe_;
   StreamRequest request_;
   std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
-  std::string partial_;  // a word cut at the end of the last text chunk
+  std::string partial_;                            // a word cut at the end of the last text chunk
   bool source_ended_ = false;
 };
 
@@ -421,8 +419,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<StreamResponse>, p
   GenerateReactor(Service& service, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& request)
       : scope_(service.registry()),
-        pipe_(std::make_shared<Pipe>(this, service.metrics(),
-                                     service.config().max_queued_events)) {
+        pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
     grpc::Status status = service.Authenticate(*context);
     if (status.ok()) status = Start(service, request);
     if (!status.ok()) pipe_->Fail(status);
@@ -562,9 +559,8 @@ absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionC
     if (it == config_.profiles.end()) {
       std::vector<std::string> names;
       for (const auto& [known, profile] : config_.profiles) names.push_back(known);
-      return absl::InvalidArgumentError(absl::StrCat("unknown profile '", name,
-                                                     "'; this server has: ",
-                                                     absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown profile '", name, "'; this server has: ", absl::StrJoin(names, ", ")));
     }
     options.profile = it->second;
   }

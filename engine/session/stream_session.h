@@ -55,7 +55,7 @@ struct SessionOptions {
   policy::Profile profile;
   policy::PolicyConfig policy;
   Paradigm paradigm = Paradigm::kGpe;
-  bool share_prefix = true;  // share the prompt prefix's full blocks with other sessions
+  bool share_prefix = true;       // share the prompt prefix's full blocks with other sessions
   int64_t max_source_tokens = 0;  // tokens of source words in all; 0: no limit
 };
 
