@@ -154,7 +154,8 @@ int StreamCommand(int argc, char** argv) {
   cli::Args args("gpe-client stream [--text TEXT | --file FILE] [options]",
                  "Streams a source to the server word by word at --words_per_second (stdin\n"
                  "when neither --text nor --file is given) and prints the target as it grows:\n"
-                 "one updating line on a terminal, one line per target word otherwise. At the\n"
+                 "one updating line on a terminal; otherwise a line per target word with the\n"
+                 "source words read when it was complete. At the\n"
                  "end: the full text, the delays, AL and LAAL (source units) and the reason.");
   AddConnectFlags(args);
   AddSessionFlags(args);
@@ -184,17 +185,18 @@ int StreamCommand(int argc, char** argv) {
   const std::vector<std::string> words = Words(text);
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   const bool tty = ::isatty(STDOUT_FILENO);
-  std::string so_far;
+  std::string so_far, word;  // the whole target so far; the part since the last word ended
   auto result = RunSession(*stub, *connect, *config, words, rate, [&](const v1::TokenDelta& d) {
     so_far += d.text();
+    word += d.text();
+    const long long read = static_cast<long long>(d.source_units_read());
     if (tty) {
-      std::printf("\r\033[K[read %lld] %s", static_cast<long long>(d.source_units_read()),
-                  so_far.c_str());
+      std::printf("\r\033[K[read %lld] %s", read, so_far.c_str());
       std::fflush(stdout);
     } else if (d.word_complete()) {
-      std::printf("[read %lld] %s\n", static_cast<long long>(d.source_units_read()),
-                  so_far.c_str());
+      std::printf("[read %lld] %s\n", read, word.c_str());
       std::fflush(stdout);
+      word.clear();
     }
   });
   if (tty) std::printf("\n");

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The gpeserve process end to end: a Python client (grpcio, stubs generated from our .proto
+by grpcio-tools) completes sessions, gpe-client streams and checks health, /metrics answers,
+TLS with a bearer token works (certificate made here), and SIGTERM drains: health turns
+NOT_SERVING, new sessions get UNAVAILABLE, the running session finishes, the process exits 0.
+
+usage: server_process_test.py --gpeserve BIN --client BIN --proto DIR --work DIR
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+FAILURES = []
+
+
+def check(name, condition, detail=""):
+    print(("ok   " if condition else "FAIL ") + name + ("" if condition else f": {detail}"))
+    if not condition:
+        FAILURES.append(name)
+
+
+class Server:
+    def __init__(self, binary, *flags):
+        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--metrics_listen",
+                                      "127.0.0.1:0", "--threads", "1", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        line = self.proc.stdout.readline()
+        self.lines.append(line)
+        m = re.search(r"on [\d.]+:(\d+), metrics on port (\d+)", line)
+        if not m:
+            raise RuntimeError("gpeserve did not start: " + line + self.proc.stdout.read())
+        self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+        self.address = f"127.0.0.1:{self.port}"
+        threading.Thread(target=self._drain_output, daemon=True).start()
+
+    def _drain_output(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpeserve", required=True)
+    parser.add_argument("--client", required=True)
+    parser.add_argument("--proto", required=True)
+    parser.add_argument("--work", required=True)
+    a = parser.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+
+    # Stubs from our .proto, as any other-language client would make them.
+    from grpc_tools import protoc
+    rc = protoc.main(["protoc", f"-I{a.proto}", f"--python_out={a.work}",
+                      f"--grpc_python_out={a.work}", "gpeserve/v1/gpeserve.proto"])
+    check("grpcio-tools compiles the .proto", rc == 0, rc)
+    sys.path.insert(0, a.work)
+    import grpc
+    from gpeserve.v1 import gpeserve_pb2 as pb
+    from gpeserve.v1 import gpeserve_pb2_grpc as pb_grpc
+
+    def session(stub, words, pace=0.0, metadata=None, **config):
+        def requests():
+            yield pb.StreamRequest(config=pb.SessionConfig(**config))
+            for w in words:
+                if pace:
+                    time.sleep(pace)
+                yield pb.StreamRequest(chunk=pb.SourceChunk(words=[w.encode()]))
+            yield pb.StreamRequest(end=pb.EndOfSource())
+        ids, done = [], None
+        for response in stub.Stream(requests(), metadata=metadata):
+            if response.HasField("delta"):
+                ids.extend(response.delta.ids)
+            else:
+                done = response.done
+        return ids, done
+
+    def client(*args):
+        return subprocess.run([a.client, *args], capture_output=True, text=True, timeout=120)
+
+    # ---- A plain server on the default model ----
+    server = Server(a.gpeserve, "--drain_seconds", "20")
+    channel = grpc.insecure_channel(server.address)
+    stub = pb_grpc.GpeserveStub(channel)
+    models = stub.ListModels(pb.ListModelsRequest()).models
+    check("ListModels names the default model", len(models) == 1 and
+          models[0].name == "gpeserve-default-tiny" and "qwen2.5" in models[0].profiles, models)
+    words = "the speaker said that our city will build a new bridge".split()
+    ids, done = session(stub, words, wait_k=2, max_new_tokens=20)
+    check("Python client completes a session", done is not None and list(done.ids) == ids and
+          len(ids) > 0 and done.finish_reason in ("end_of_sequence", "max_new_tokens", "max_lag"),
+          (ids, done))
+    again, done_again = session(stub, words, pace=0.01, wait_k=2, max_new_tokens=20)
+    check("paced and unpaced sessions agree (greedy)", again == ids, (again, ids))
+    try:
+        session(stub, ["x"], wait_k=5000)
+        check("bad config refused", False, "no error")
+    except grpc.RpcError as e:
+        check("bad config refused with INVALID_ARGUMENT",
+              e.code() == grpc.StatusCode.INVALID_ARGUMENT and "wait_k" in e.details(), e)
+
+    r = client("health", "--server", server.address)
+    check("gpe-client health: SERVING", r.returncode == 0 and "SERVING" in r.stdout, r)
+    r = client("stream", "--server", server.address, "--text", " ".join(words),
+               "--words_per_second", "50", "--wait_k", "2", "--max_new_tokens", "20")
+    check("gpe-client stream prints text, delays and AL",
+          r.returncode == 0 and "text: " in r.stdout and "delays: [" in r.stdout and
+          "AL = " in r.stdout, r)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read()
+    metrics = metrics.decode()
+    for family in ("time_to_first_token_seconds", "inter_token_latency_seconds",
+                   "e2e_session_latency_seconds", "queue_time_seconds", "num_sessions_running",
+                   "num_sessions_waiting", "kv_cache_usage_perc", "source_tokens_total",
+                   "generation_tokens_total", "num_preemptions_total",
+                   "prefix_cache_queries_total", "prefix_cache_hits_total",
+                   "session_finished_total", "iteration_tokens", "word_lag_words",
+                   "word_lag_seconds"):
+        check(f"/metrics has gpeserve:{family}", f"# TYPE gpeserve:{family} " in metrics)
+    m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{model="[^"]*"\} (\d+)', metrics)
+    # Two Python sessions and gpe-client's (the refused one never opened; the warm-up runs on
+    # the engine directly).
+    check("/metrics counts the sessions run", m is not None and int(m.group(1)) == 3,
+          m and m.group(0))
+
+    # Drain: a slow session (its reference computed unpaced first) runs while SIGTERM arrives.
+    long_words = (words * 3)[:30]
+    long_ids, long_done = session(stub, long_words, wait_k=2, max_new_tokens=300)
+    result = {}
+
+    def slow():
+        try:
+            result["ids"], result["done"] = session(stub, long_words, pace=0.15, wait_k=2,
+                                                    max_new_tokens=300)
+        except grpc.RpcError as e:
+            result["error"] = e
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.8)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    still_running = t.is_alive()
+    check("the slow session outlasts the first second of the drain", still_running,
+          long_done.finish_reason)
+    r = client("health", "--server", server.address)
+    check("draining: health NOT_SERVING", r.returncode == 1 and "NOT_SERVING" in r.stdout, r)
+    try:
+        session(stub, ["x"])
+        check("draining: new session refused", False, "no error")
+    except grpc.RpcError as e:
+        check("draining: new session UNAVAILABLE",
+              e.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in e.details(), e)
+    t.join(timeout=60)
+    check("draining: the running session finishes", "done" in result and
+          result["ids"] == long_ids, result)
+    code = server.stop()
+    check("SIGTERM: exit 0", code == 0, "".join(server.lines))
+
+    # ---- TLS and a bearer token ----
+    cert, key = os.path.join(a.work, "cert.pem"), os.path.join(a.work, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    token_file = os.path.join(a.work, "token")
+    with open(token_file, "w") as f:
+        f.write("t0ken\n")
+    secure = Server(a.gpeserve, "--tls_cert", cert, "--tls_key", key, "--auth_token_file",
+                    token_file)
+    with open(cert, "rb") as f:
+        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+    tls = pb_grpc.GpeserveStub(grpc.secure_channel(secure.address, credentials))
+    ids_tls, done_tls = session(tls, words, metadata=[("authorization", "Bearer t0ken")],
+                                wait_k=2, max_new_tokens=20)
+    check("TLS + token: session completes", done_tls is not None and ids_tls == ids,
+          (ids_tls, ids))
+    try:
+        session(tls, words, wait_k=2)
+        check("TLS without token refused", False, "no error")
+    except grpc.RpcError as e:
+        check("TLS without token: UNAUTHENTICATED",
+              e.code() == grpc.StatusCode.UNAUTHENTICATED, e)
+    r = client("health", "--server", secure.address, "--tls_ca", cert)
+    check("gpe-client health over TLS", r.returncode == 0, r)
+    r = client("stream", "--server", secure.address, "--tls_ca", cert, "--auth_token_file",
+               token_file, "--text", "hello world", "--words_per_second", "0")
+    check("gpe-client stream over TLS with token", r.returncode == 0 and "text: " in r.stdout, r)
+    try:
+        pb_grpc.GpeserveStub(grpc.insecure_channel(secure.address)).ListModels(
+            pb.ListModelsRequest(), timeout=5)
+        check("plaintext to a TLS server fails", False, "no error")
+    except grpc.RpcError as e:
+        check("plaintext to a TLS server fails", e.code() == grpc.StatusCode.UNAVAILABLE, e)
+    check("TLS server exits 0", secure.stop() == 0, "".join(secure.lines))
+
+    print(f"{len(FAILURES)} failed")
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
