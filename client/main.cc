@@ -5,11 +5,14 @@
 //   gpe-client models --server ADDR
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -415,12 +418,105 @@ int ModelsCommand(int argc, char** argv) {
   return 0;
 }
 
+// Nearest-rank percentile (0 when empty).
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+int BenchCommand(int argc, char** argv) {
+  cli::Args args("gpe-client bench [options]",
+                 "A load generator: --sessions clients each run sessions back to back for\n"
+                 "--duration seconds, sending --words words per session at --words_per_second,\n"
+                 "and prints throughput (target tokens/s, sessions/s) and percentiles of the\n"
+                 "time to first token, inter-token latency and session time, with errors by code.");
+  AddConnectFlags(args);
+  AddSessionFlags(args);
+  args.AddString("sessions", "N", "concurrent sessions", "8");
+  args.AddString("duration", "S", "seconds to run", "30");
+  args.AddString("words", "N", "source words per session", "20");
+  args.AddString("words_per_second", "R", "source pace of each session (0: all at once)", "4");
+  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = ConnectFrom(args);
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  auto config = SessionFrom(args);
+  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
+  int sessions = 0, words = 0;
+  double duration = 0, rate = 0;
+  if (!absl::SimpleAtoi(*args.Get("sessions"), &sessions) || sessions < 1 ||
+      !absl::SimpleAtoi(*args.Get("words"), &words) || words < 1 ||
+      !absl::SimpleAtod(*args.Get("duration"), &duration) || duration <= 0 ||
+      !absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0) {
+    return Fail(
+        "--sessions and --words take positive whole numbers, --duration a positive "
+        "number, --words_per_second a number >= 0",
+        2);
+  }
+  static const std::vector<std::string> vocabulary = {
+      "the",    "speaker", "said", "that", "our",   "city", "will", "build", "a",
+      "new",    "bridge",  "over", "the",  "river", "next", "year", "and",   "many",
+      "people", "think",   "it",   "is",   "a",     "good", "idea", "for",   "everyone"};
+  auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  std::mutex mu;
+  std::vector<double> ttft, itl, e2e;
+  std::map<std::string, int> errors;
+  int64_t target_tokens = 0, completed = 0;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < sessions; ++w) {
+    workers.emplace_back([&, w] {
+      for (int round = 0; Clock::now() < end; ++round) {
+        std::vector<std::string> source;
+        for (int i = 0; i < words; ++i) {
+          source.push_back(vocabulary[(i + 7 * w + 3 * round) % vocabulary.size()]);
+        }
+        const Clock::time_point began = Clock::now();
+        auto result = RunSession(*stub, *connect, *config, source, rate);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - began).count();
+        std::lock_guard<std::mutex> lock(mu);
+        if (!result.ok()) {
+          ++errors[absl::StatusCodeToString(result.status().code())];
+          continue;
+        }
+        ++completed;
+        e2e.push_back(ms);
+        target_tokens += result->done.ids_size();
+        if (result->first_token_ms >= 0) ttft.push_back(result->first_token_ms);
+        for (size_t i = 1; i < result->token_ms.size(); ++i) {
+          itl.push_back(result->token_ms[i] - result->token_ms[i - 1]);
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("%d sessions in parallel for %.1f s, %d words at %.1f words/s each\n", sessions,
+              seconds, words, rate);
+  std::printf("completed %lld sessions (%.2f/s), %.1f target tokens/s\n",
+              static_cast<long long>(completed), completed / seconds, target_tokens / seconds);
+  std::printf("%-24s %9s %9s %9s\n", "ms", "p50", "p90", "p99");
+  for (const auto& [name, values] :
+       {std::pair<const char*, const std::vector<double>*>{"time to first token", &ttft},
+        {"inter-token latency", &itl},
+        {"session", &e2e}}) {
+    std::printf("%-24s %9.1f %9.1f %9.1f\n", name, Percentile(*values, 50), Percentile(*values, 90),
+                Percentile(*values, 99));
+  }
+  for (const auto& [code, count] : errors) std::printf("errors %s: %d\n", code.c_str(), count);
+  return errors.empty() ? 0 : 1;
+}
+
 constexpr char kUsage[] =
     "usage: gpe-client COMMAND [options]   (gpe-client COMMAND --help for its options)\n"
     "\n"
     "commands:\n"
     "  stream   stream a text to the server at a pace and print the target live\n"
     "  eval     run a data set through the server: BLEU, AL, LAAL, throughput\n"
+    "  bench    load generator: throughput and latency percentiles\n"
     "  health   exit 0 when the server is SERVING\n"
     "  models   what the server serves\n";
 
@@ -437,6 +533,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "stream") return StreamCommand(argc, argv);
   if (command == "eval") return EvalCommand(argc, argv);
+  if (command == "bench") return BenchCommand(argc, argv);
   if (command == "health") return HealthCommand(argc, argv);
   if (command == "models") return ModelsCommand(argc, argv);
   std::fprintf(stderr, "gpe-client: unknown command '%s'\n\n%s", argv[1], kUsage);

@@ -4,7 +4,11 @@ by grpcio-tools) completes sessions, gpe-client streams and checks health, /metr
 TLS with a bearer token works (certificate made here), and SIGTERM drains: health turns
 NOT_SERVING, new sessions get UNAVAILABLE, the running session finishes, the process exits 0.
 
-usage: server_process_test.py --gpeserve BIN --client BIN --proto DIR --work DIR
+and gpe-client eval against a served model folder equals `gpe eval` offline on the same
+folder, sentence by sentence.
+
+usage: server_process_test.py --gpeserve BIN --client BIN --gpe BIN --tokenizer DIR
+                              --proto DIR --work DIR
 """
 import argparse
 import os
@@ -54,6 +58,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpeserve", required=True)
     parser.add_argument("--client", required=True)
+    parser.add_argument("--gpe", required=True)
+    parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--proto", required=True)
     parser.add_argument("--work", required=True)
     a = parser.parse_args()
@@ -200,6 +206,43 @@ def main():
     except grpc.RpcError as e:
         check("plaintext to a TLS server fails", e.code() == grpc.StatusCode.UNAVAILABLE, e)
     check("TLS server exits 0", secure.stop() == 0, "".join(secure.lines))
+
+    # ---- gpe-client eval (live, paced, concurrent) == gpe eval (offline) on a model folder ----
+    model_dir = os.path.join(a.work, "model")
+    r = subprocess.run([a.gpe, "make-model", "--tokenizer", a.tokenizer, "--out", model_dir,
+                        "--init_std", "0.3", "--seed", "4"], capture_output=True, text=True)
+    check("make-model", r.returncode == 0, r.stderr)
+    data = os.path.join(a.work, "data.json")
+    sentences = ["the dog sees the cat", "hello", "a big red house in the garden today",
+                 "we will talk about how machines listen", "good morning ladies and gentlemen",
+                 "one two three four five six seven"]
+    import json
+    with open(data, "w") as f:
+        json.dump([{"en": s_, "de": "x"} for s_ in sentences], f)
+    served = Server(a.gpeserve, "--model", model_dir)
+    flags = ["--data", data, "--wait_k", "2", "--max_new_tokens", "16"]
+    live_out, offline_out = os.path.join(a.work, "live.jsonl"), os.path.join(a.work, "off.jsonl")
+    r = client("eval", "--server", served.address, "--concurrency", "3", "--words_per_second",
+               "40", "--out", live_out, *flags)
+    check("gpe-client eval runs", r.returncode == 0 and "computation-aware AL" in r.stdout and
+          "throughput" in r.stdout, r)
+    r2 = subprocess.run([a.gpe, "eval", "--model", model_dir, "--threads", "1", "--out",
+                         offline_out, *flags], capture_output=True, text=True)
+    check("gpe eval runs", r2.returncode == 0, r2.stderr)
+    if r.returncode == 0 and r2.returncode == 0:
+        live = [json.loads(line) for line in open(live_out)]
+        offline = [json.loads(line) for line in open(offline_out)]
+        check("live (server) == offline (gpe eval), sentence by sentence",
+              [(x["output_ids"], x["delays"]) for x in live] ==
+              [(x["output_ids"], x["delays"]) for x in offline], (live, offline))
+        bleu = lambda out: out.splitlines()[0]
+        check("same BLEU line", bleu(r.stdout) == bleu(r2.stdout), (r.stdout, r2.stdout))
+    r = client("bench", "--server", served.address, "--sessions", "3", "--duration", "1",
+               "--words", "6", "--words_per_second", "0", "--max_new_tokens", "8")
+    m = re.search(r"completed (\d+) sessions", r.stdout)
+    check("gpe-client bench completes sessions without errors",
+          r.returncode == 0 and m is not None and int(m.group(1)) >= 3, r)
+    check("served model exits 0", served.stop() == 0, "".join(served.lines))
 
     print(f"{len(FAILURES)} failed")
     sys.exit(1 if FAILURES else 0)
