@@ -22,7 +22,8 @@ using client::ConnectOptions;
 
 class ServerTest : public ::testing::Test {
  protected:
-  void Start(ServiceConfig config = {}, int max_sessions = 64, int64_t kv_blocks = 2048) {
+  void Start(ServiceConfig config = {}, int max_sessions = 64, int64_t kv_blocks = 2048,
+             int max_message_bytes = 4 << 20) {
     model_ = testing::TinyChatModel(7);
     engine::EngineConfig engine_config;
     engine_config.block_size = 4;
@@ -41,6 +42,7 @@ class ServerTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
+    builder.SetMaxReceiveMessageSize(max_message_bytes);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     connect_.server = "127.0.0.1:" + std::to_string(port_);
@@ -398,7 +400,7 @@ TEST_F(ServerTest, ClientCancelFreesBlocks) {
       ASSERT_TRUE(stream->Read(&r));
     }
     bool holding = false;  // the session holds blocks (reading, writing or waiting for words)
-    for (int i = 0; i < 200 && !holding; ++i) {
+    for (int i = 0; i < 400 && !holding; ++i) {
       const engine::EngineStats s = engine_->stats();
       holding = s.kv.free_blocks < s.kv.total_blocks;
       if (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -408,6 +410,32 @@ TEST_F(ServerTest, ClientCancelFreesBlocks) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
     EXPECT_TRUE(AllBlocksFree()) << "mode " << mode;
   }
+}
+
+// A deadline that passes while the session waits for source cancels it and frees its blocks;
+// a message over the size limit is refused with RESOURCE_EXHAUSTED.
+TEST_F(ServerTest, DeadlineAndMessageSize) {
+  Start({}, 64, 2048, /*max_message_bytes=*/1024);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto stream = stub_->Stream(&context);
+    v1::SessionConfig config;
+    config.set_wait_k(3);  // it reads the prompt and the word, then waits for more words
+    ASSERT_TRUE(stream->Write(ConfigRequest(config)));
+    ASSERT_TRUE(stream->Write(WordsRequest({"the"})));
+    v1::StreamResponse r;
+    while (stream->Read(&r)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(AllBlocksFree());
+  }
+  const grpc::Status big =
+      Exchange(*stub_, {ConfigRequest({}), TextRequest(std::string(2000, 'a')), EndRequest()});
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  auto after = client::RunSession(*stub_, connect_, {}, {"the", "dog"}, 0);
+  EXPECT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(AllBlocksFree());
 }
 
 TEST_F(ServerTest, AuthToken) {
