@@ -26,6 +26,7 @@
 #include "client/client.h"
 #include "engine/cli/args.h"
 #include "engine/eval/bleu.h"
+#include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
 #include "nlohmann/json.hpp"
 
@@ -257,19 +258,10 @@ int EvalCommand(int argc, char** argv) {
       (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit))) {
     return Fail("--concurrency takes a positive whole number, --words_per_second a number", 2);
   }
-  std::ifstream in(*args.Get("data"));
-  if (!in) return Fail(*args.Get("data") + ": cannot open file");
-  nlohmann::json data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!data.is_array()) return Fail(*args.Get("data") + ": expected a JSON array of objects");
-  const std::string source_key = *args.Get("source_key"), target_key = *args.Get("target_key");
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (!data[i].is_object() || !data[i].contains(source_key) || !data[i][source_key].is_string() ||
-        !data[i].contains(target_key) || !data[i][target_key].is_string()) {
-      return Fail(absl::StrFormat("%s: item %d needs string fields '%s' and '%s'",
-                                  *args.Get("data"), i, source_key, target_key));
-    }
-  }
-  const size_t count = limit >= 0 ? std::min<size_t>(limit, data.size()) : data.size();
+  auto data =
+      eval::LoadDataset(*args.Get("data"), *args.Get("source_key"), *args.Get("target_key"));
+  if (!data.ok()) return Fail(std::string(data.status().message()));
+  const size_t count = limit >= 0 ? std::min<size_t>(limit, data->size()) : data->size();
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   std::vector<absl::StatusOr<SessionTrace>> results(count, absl::UnknownError("not run"));
   std::atomic<size_t> next{0}, finished{0};
@@ -280,8 +272,7 @@ int EvalCommand(int argc, char** argv) {
   for (int w = 0; w < concurrency; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < count; i = next++) {
-        results[i] = RunSession(*stub, *connect, *config,
-                                Words(data[i][source_key].get<std::string>()), rate);
+        results[i] = RunSession(*stub, *connect, *config, Words((*data)[i].source), rate);
         const size_t n = ++finished;
         std::lock_guard<std::mutex> lock(progress_mu);
         const double s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -330,9 +321,9 @@ int EvalCommand(int argc, char** argv) {
     source_tokens += done.counters().source_tokens();
     forward_tokens += done.counters().forward_tokens();
     hyps.push_back(done.text());
-    refs.push_back(data[i][target_key].get<std::string>());
+    refs.push_back((*data)[i].reference);
     if (out.is_open()) {
-      out << nlohmann::json{{"source", data[i][source_key].get<std::string>()},
+      out << nlohmann::json{{"source", (*data)[i].source},
                             {"reference", refs.back()},
                             {"output", done.text()},
                             {"output_ids",

@@ -283,13 +283,34 @@ class CallScope {
   std::shared_ptr<Service::CallRegistry> registry_;
 };
 
-class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, StreamResponse>,
-                            public Pipe::Sink {
+// What a reactor needs to drain its Pipe into the call; shared by Stream and Generate.
+template <class Reactor>
+class PipedReactor : public Reactor, public Pipe::Sink {
+ public:
+  explicit PipedReactor(Service& service)
+      : scope_(service.registry()),
+        pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
+  }
+
+  void OnWriteDone(bool ok) override { pipe_->OnWriteDone(ok); }
+  void OnCancel() override { scope_.Cancel(); }
+  void OnDone() override {
+    pipe_->Detach();
+    delete this;
+  }
+  void Write(const StreamResponse& response) override { this->StartWrite(&response); }
+  void End(const grpc::Status& status) override { this->Finish(status); }
+
+ protected:
+  CallScope scope_;
+  std::shared_ptr<Pipe> pipe_;
+};
+
+class StreamReactor final
+    : public PipedReactor<grpc::ServerBidiReactor<StreamRequest, StreamResponse>> {
  public:
   StreamReactor(Service& service, grpc::CallbackServerContext* context)
-      : service_(service),
-        scope_(service.registry()),
-        pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
+      : PipedReactor(service), service_(service) {
     if (grpc::Status s = service.Authenticate(*context); !s.ok()) {
       pipe_->Fail(s);
       return;
@@ -314,16 +335,6 @@ class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, Stream
     }
     StartRead(&request_);
   }
-
-  void OnWriteDone(bool ok) override { pipe_->OnWriteDone(ok); }
-  void OnCancel() override { scope_.Cancel(); }
-  void OnDone() override {
-    pipe_->Detach();
-    delete this;
-  }
-
-  void Write(const StreamResponse& response) override { StartWrite(&response); }
-  void End(const grpc::Status& status) override { Finish(status); }
 
  private:
   grpc::Status Handle(const StreamRequest& request) {
@@ -406,33 +417,21 @@ class StreamReactor final : public grpc::ServerBidiReactor<StreamRequest, Stream
   }
 
   Service& service_;
-  CallScope scope_;
-  std::shared_ptr<Pipe> pipe_;
   StreamRequest request_;
   std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
   std::string partial_;                            // a word cut at the end of the last text chunk
   bool source_ended_ = false;
 };
 
-class GenerateReactor final : public grpc::ServerWriteReactor<StreamResponse>, public Pipe::Sink {
+class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<StreamResponse>> {
  public:
   GenerateReactor(Service& service, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& request)
-      : scope_(service.registry()),
-        pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
+      : PipedReactor(service) {
     grpc::Status status = service.Authenticate(*context);
     if (status.ok()) status = Start(service, request);
     if (!status.ok()) pipe_->Fail(status);
   }
-
-  void OnWriteDone(bool ok) override { pipe_->OnWriteDone(ok); }
-  void OnCancel() override { scope_.Cancel(); }
-  void OnDone() override {
-    pipe_->Detach();
-    delete this;
-  }
-  void Write(const StreamResponse& response) override { StartWrite(&response); }
-  void End(const grpc::Status& status) override { Finish(status); }
 
  private:
   grpc::Status Start(Service& service, const v1::GenerateRequest& request) {
@@ -456,9 +455,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<StreamResponse>, p
     (*handle)->EndSource();
     return grpc::Status::OK;
   }
-
-  CallScope scope_;
-  std::shared_ptr<Pipe> pipe_;
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/eval/bleu.h"
+#include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
 #include "engine/session/runner.h"
 #include "nlohmann/json.hpp"
@@ -213,24 +214,10 @@ int EvalCommand(int argc, char** argv, int first) {
   options.policy.split = split == "token" ? policy::SplitMode::kToken : policy::SplitMode::kWord;
   options.paradigm = mode == "batch" ? session::Paradigm::kBatch : *parsed_paradigm;
 
-  std::ifstream data_in(*args.Get("data"));
-  if (!data_in) return Fail(*args.Get("data") + ": cannot open file");
-  nlohmann::json data;
-  try {
-    data = nlohmann::json::parse(data_in);
-  } catch (const nlohmann::json::exception& e) {
-    return Fail(*args.Get("data") + ": not valid JSON: " + e.what());
-  }
-  if (!data.is_array()) return Fail(*args.Get("data") + ": expected a JSON array of objects");
-  const std::string source_key = *args.Get("source_key"), target_key = *args.Get("target_key");
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (!data[i].is_object() || !data[i].contains(source_key) || !data[i][source_key].is_string() ||
-        !data[i].contains(target_key) || !data[i][target_key].is_string()) {
-      return Fail(absl::StrFormat("%s: item %d needs string fields '%s' and '%s'",
-                                  *args.Get("data"), i, source_key, target_key));
-    }
-  }
-  const size_t count = limit >= 0 ? std::min<size_t>(limit, data.size()) : data.size();
+  auto data =
+      eval::LoadDataset(*args.Get("data"), *args.Get("source_key"), *args.Get("target_key"));
+  if (!data.ok()) return Fail(std::string(data.status().message()));
+  const size_t count = limit >= 0 ? std::min<size_t>(limit, data->size()) : data->size();
 
   auto model = model::Model::Load(
       *args.Get("model"),
@@ -243,8 +230,7 @@ int EvalCommand(int argc, char** argv, int first) {
   }
   std::vector<std::vector<std::string>> sources;
   for (size_t i = 0; i < count; ++i) {
-    sources.push_back(
-        absl::StrSplit(data[i][source_key].get<std::string>(), ' ', absl::SkipWhitespace()));
+    sources.push_back(absl::StrSplit((*data)[i].source, ' ', absl::SkipWhitespace()));
   }
   const bool tty = ::isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
@@ -281,7 +267,7 @@ int EvalCommand(int argc, char** argv, int first) {
   int64_t source_tokens = 0, target_tokens = 0, forward_tokens = 0;
   for (size_t i = 0; i < count; ++i) {
     const ItemResult& result = results[i];
-    const std::string reference = data[i][target_key].get<std::string>();
+    const std::string& reference = (*data)[i].reference;
     const std::vector<std::string> target_words =
         absl::StrSplit(result.text, ' ', absl::SkipWhitespace());
     const std::vector<double> delays(result.delays.begin(), result.delays.end());
@@ -295,7 +281,7 @@ int EvalCommand(int argc, char** argv, int first) {
     hyps.push_back(result.text);
     refs.push_back(reference);
     if (out.is_open()) {
-      out << nlohmann::json{{"source", data[i][source_key].get<std::string>()},
+      out << nlohmann::json{{"source", (*data)[i].source},
                             {"reference", reference},
                             {"output", result.text},
                             {"output_ids", result.output},
