@@ -14,5 +14,6 @@ int BenchStreamCommand(int argc, char** argv, int first);
 int BenchCommand(int argc, char** argv, int first);
 int ScoreCommand(int argc, char** argv, int first);
 int EvalCommand(int argc, char** argv, int first);
+int MakeCorpusCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

@@ -142,7 +142,7 @@ def main():
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 
-    for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "logits",
+    for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "make-corpus", "logits",
                     "bench-forward", "bench-stream", "bench", "score", "eval"):
         rc, out, _ = run([gpe, command, "--help"])
         check(f"{command} --help", rc == 0 and "usage: gpe " + command in out, out)
