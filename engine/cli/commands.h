@@ -15,5 +15,6 @@ int BenchCommand(int argc, char** argv, int first);
 int ScoreCommand(int argc, char** argv, int first);
 int EvalCommand(int argc, char** argv, int first);
 int MakeCorpusCommand(int argc, char** argv, int first);
+int TrainCommand(int argc, char** argv, int first);
 
 }  // namespace gpeserve::cli

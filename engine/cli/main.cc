@@ -16,6 +16,7 @@ constexpr char kUsage[] =
     "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n"
     "  make-model   write a random-weight Hugging Face model folder\n"
     "  make-corpus  write the project's English-German parallel corpus (JSON)\n"
+    "  train        fine-tune a model folder on a parallel corpus\n"
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
     "  bench-forward  time decode and prefill against the memory roofline\n"
     "  bench-stream   cost per read as the source grows: gpe vs reencode\n"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "train-tokenizer") return gpeserve::cli::TrainTokenizerCommand(argc, argv, 2);
   if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
   if (command == "make-corpus") return gpeserve::cli::MakeCorpusCommand(argc, argv, 2);
+  if (command == "train") return gpeserve::cli::TrainCommand(argc, argv, 2);
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
   if (command == "bench-stream") return gpeserve::cli::BenchStreamCommand(argc, argv, 2);

@@ -238,16 +238,16 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     if (!tensor.ok()) return tensor.status(); \
     out = *std::move(tensor);                 \
   } while (0)
-    GPE_LOAD(model->embed_, "model.embed_tokens.weight", c.vocab_size, h);
-    GPE_LOAD(model->final_norm_, "model.norm.weight", h);
+    GPE_LOAD(model->weights_.embed, "model.embed_tokens.weight", c.vocab_size, h);
+    GPE_LOAD(model->weights_.final_norm, "model.norm.weight", h);
     if (c.tie_word_embeddings) {
-      model->lm_head_ = model->embed_;
+      model->weights_.lm_head = model->weights_.embed;
     } else {
-      GPE_LOAD(model->lm_head_, "lm_head.weight", c.vocab_size, h);
+      GPE_LOAD(model->weights_.lm_head, "lm_head.weight", c.vocab_size, h);
     }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const std::string p = absl::StrCat("model.layers.", i, ".");
-      Layer layer;
+      LayerWeights layer;
       GPE_LOAD(layer.input_norm, p + "input_layernorm.weight", h);
       GPE_LOAD(layer.post_norm, p + "post_attention_layernorm.weight", h);
       GPE_LOAD(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
@@ -268,7 +268,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
         GPE_LOAD(layer.up_b, p + "mlp.up_proj.bias", ff);
         GPE_LOAD(layer.down_b, p + "mlp.down_proj.bias", h);
       }
-      model->layers_.push_back(std::move(layer));
+      model->weights_.layers.push_back(std::move(layer));
     }
 #undef GPE_LOAD
     model->inv_freq_ = InverseFrequencies(c).to(model->device_);
@@ -286,11 +286,73 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   return std::shared_ptr<const Model>(std::move(model));
 }
 
-torch::Tensor Model::RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const {
+namespace {
+
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   const torch::Tensor xf = x.to(torch::kFloat32);
-  const torch::Tensor normed =
-      xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& c,
+                                                                const Weights& w) {
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    if (t.defined()) named.emplace_back(name, t);
+  };
+  add("model.embed_tokens.weight", w.embed);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    add(p + "input_layernorm.weight", l.input_norm);
+    add(p + "post_attention_layernorm.weight", l.post_norm);
+    add(p + "self_attn.q_proj.weight", l.q_w);
+    add(p + "self_attn.q_proj.bias", l.q_b);
+    add(p + "self_attn.k_proj.weight", l.k_w);
+    add(p + "self_attn.k_proj.bias", l.k_b);
+    add(p + "self_attn.v_proj.weight", l.v_w);
+    add(p + "self_attn.v_proj.bias", l.v_b);
+    add(p + "self_attn.o_proj.weight", l.o_w);
+    add(p + "self_attn.o_proj.bias", l.o_b);
+    add(p + "mlp.gate_proj.weight", l.gate_w);
+    add(p + "mlp.gate_proj.bias", l.gate_b);
+    add(p + "mlp.up_proj.weight", l.up_w);
+    add(p + "mlp.up_proj.bias", l.up_b);
+    add(p + "mlp.down_proj.weight", l.down_w);
+    add(p + "mlp.down_proj.bias", l.down_b);
+  }
+  add("model.norm.weight", w.final_norm);
+  if (!c.tie_word_embeddings) add("lm_head.weight", w.lm_head);
+  return named;
+}
+
+torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const torch::Tensor& ids,
+                                const torch::Tensor& cos, const torch::Tensor& sin,
+                                AttentionContext& attention) {
+  const int64_t t = ids.size(0);
+  torch::Tensor x = w.embed.index_select(0, ids);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const torch::Tensor h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
+    torch::Tensor q = Linear(h, l.q_w, l.q_b).view({t, c.num_heads, c.head_dim});
+    torch::Tensor k = Linear(h, l.k_w, l.k_b).view({t, c.num_kv_heads, c.head_dim});
+    const torch::Tensor v = Linear(h, l.v_w, l.v_b).view({t, c.num_kv_heads, c.head_dim});
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+    const torch::Tensor attn = attention.Attend(static_cast<int64_t>(i), q, k, v);
+    x = x + Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
+    const torch::Tensor m = RmsNorm(x, l.post_norm, c.rms_norm_eps);
+    const torch::Tensor act =
+        torch::silu(Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
+    x = x + Linear(act, l.down_w, l.down_b);
+  }
+  return x;
+}
+
+torch::Tensor LmLogits(const ModelConfig& c, const Weights& w, const torch::Tensor& hidden) {
+  return Linear(RmsNorm(hidden, w.final_norm, c.rms_norm_eps), w.lm_head, torch::Tensor());
 }
 
 std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
@@ -331,24 +393,8 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
     auto [cos, sin] = Rotary(pos);
     cos = cos.to(dtype_).unsqueeze(1);  // [T, 1, D]
     sin = sin.to(dtype_).unsqueeze(1);
-    torch::Tensor x = embed_.index_select(0, ids);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const Layer& l = layers_[i];
-      const torch::Tensor h = RmsNorm(x, l.input_norm);
-      torch::Tensor q = Linear(h, l.q_w, l.q_b).view({t, c.num_heads, c.head_dim});
-      torch::Tensor k = Linear(h, l.k_w, l.k_b).view({t, c.num_kv_heads, c.head_dim});
-      const torch::Tensor v = Linear(h, l.v_w, l.v_b).view({t, c.num_kv_heads, c.head_dim});
-      q = q * cos + RotateHalf(q) * sin;
-      k = k * cos + RotateHalf(k) * sin;
-      const torch::Tensor attn = attention.Attend(static_cast<int64_t>(i), q, k, v);
-      x = x + Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
-      const torch::Tensor m = RmsNorm(x, l.post_norm);
-      const torch::Tensor act =
-          torch::silu(Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
-      x = x + Linear(act, l.down_w, l.down_b);
-    }
-    const torch::Tensor selected = RmsNorm(x.index_select(0, rows), final_norm_);
-    return Linear(selected, lm_head_, torch::Tensor()).to(torch::kCPU, torch::kFloat32);
+    const torch::Tensor x = TransformerHidden(c, weights_, ids, cos, sin, attention);
+    return LmLogits(c, weights_, x.index_select(0, rows)).to(torch::kCPU, torch::kFloat32);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("libtorch error in forward: ", e.what_without_backtrace()));
@@ -357,19 +403,8 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
 
 int64_t Model::weight_bytes() const {
   int64_t bytes = 0;
-  auto add = [&](const torch::Tensor& w) {
-    if (w.defined()) bytes += w.numel() * w.element_size();
-  };
-  add(embed_);
-  add(final_norm_);
-  if (!config_.tie_word_embeddings) add(lm_head_);
-  for (const Layer& l : layers_) {
-    for (const torch::Tensor* w :
-         {&l.input_norm, &l.post_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w,
-          &l.o_b, &l.gate_w, &l.gate_b, &l.up_w, &l.up_b, &l.down_w, &l.down_b}) {
-      add(*w);
-    }
-  }
+  for (const auto& [name, w] : NamedWeights(config_, weights_))
+    bytes += w.numel() * w.element_size();
   return bytes;
 }
 

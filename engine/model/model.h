@@ -31,6 +31,32 @@ struct ModelOptions {
 // Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16".
 absl::StatusOr<torch::ScalarType> ParseServingDtype(const std::string& name);
 
+// A model's weights in the serving dtype (inference) or as trainable fp32 parameters
+// (training); both run through the same TransformerHidden.
+struct LayerWeights {
+  torch::Tensor input_norm, post_norm;
+  torch::Tensor q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;  // biases undefined when absent
+  torch::Tensor gate_w, gate_b, up_w, up_b, down_w, down_b;
+};
+struct Weights {
+  torch::Tensor embed, final_norm, lm_head;  // lm_head is embed when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Every defined weight with its Hugging Face name (lm_head only when untied), in file order.
+std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& config,
+                                                                const Weights& weights);
+
+// The transformer body: embeddings, every layer (attention through `attention`), returning
+// the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, head_dim] rotary
+// tables for the tokens' positions. Differentiable (training) unless run in inference mode.
+torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weights,
+                                const torch::Tensor& ids, const torch::Tensor& cos,
+                                const torch::Tensor& sin, AttentionContext& attention);
+// Final norm and LM head: logits [R, vocab] of hidden rows [R, hidden] (in the weights' dtype).
+torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
+                       const torch::Tensor& hidden);
+
 class Model {
  public:
   // Loads DIR: config.json (+ generation_config.json), model.safetensors or
@@ -53,18 +79,13 @@ class Model {
   torch::Device device() const { return device_; }
   // Bytes of all weights (what a decode step reads).
   int64_t weight_bytes() const;
+  // The weights (read-only views of the mapped files on the CPU in the stored dtype).
+  const Weights& weights() const { return weights_; }
+  // (cos, sin), each [T, head_dim] float32 on the model's device, for the given positions.
+  std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions) const;
 
  private:
-  struct Layer {
-    torch::Tensor input_norm, post_norm;
-    torch::Tensor q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
-    torch::Tensor gate_w, gate_b, up_w, up_b, down_w, down_b;
-  };
-
   Model() : device_(torch::kCPU) {}
-  torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
-  // (cos, sin), each [T, head_dim], for the given positions.
-  std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions) const;
 
   // ---- Constant after Load ----
   ModelConfig config_;
@@ -72,8 +93,7 @@ class Model {
   torch::Device device_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive
-  torch::Tensor embed_, final_norm_, lm_head_;
-  std::vector<Layer> layers_;
+  Weights weights_;
   torch::Tensor inv_freq_;               // [head_dim / 2] float32, on device
   torch::Tensor cos_table_, sin_table_;  // [kRotaryTablePositions, head_dim] float32, on device
 };

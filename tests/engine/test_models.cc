@@ -11,12 +11,9 @@
 
 namespace gpeserve::testing {
 
-std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
+std::string WriteTinyChatModel(uint64_t seed, const std::string& dir_name) {
   namespace fs = std::filesystem;
-  // One folder per process: test binaries run in parallel, and rewriting a safetensors file
-  // that another process has memory-mapped would crash it (SIGBUS).
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("gpe_tiny_chat_models_" + std::to_string(::getpid()));
+  const fs::path dir(dir_name);
   fs::create_directories(dir / "tok");
   std::ofstream((dir / "tok" / "tokenizer.json").string())
       << tokenizer::testing::ByteLevelJson(
@@ -33,6 +30,16 @@ std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
   o.init_std = 0.3;
   const std::string out = (dir / ("model" + std::to_string(seed))).string();
   EXPECT_TRUE(model::MakeModel(o, out).ok());
+  return out;
+}
+
+std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed) {
+  namespace fs = std::filesystem;
+  // One folder per process: test binaries run in parallel, and rewriting a safetensors file
+  // that another process has memory-mapped would crash it (SIGBUS).
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("gpe_tiny_chat_models_" + std::to_string(::getpid()));
+  const std::string out = WriteTinyChatModel(seed, dir.string());
   auto m = model::Model::Load(out, {.threads = 2});
   EXPECT_TRUE(m.ok()) << m.status();
   fs::remove_all(dir);  // the loaded model keeps its mapping of the removed file

@@ -4,12 +4,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/model/model.h"
 
 namespace gpeserve::testing {
 
-// Written once per seed under the test temp dir, then loaded (fp32, 2 threads).
+// Written under the test temp dir, loaded (fp32, 2 threads), and the folder removed.
 std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed);
+
+// Writes the same model folder to `dir` (kept) and returns its path.
+std::string WriteTinyChatModel(uint64_t seed, const std::string& dir);
 
 }  // namespace gpeserve::testing

@@ -134,6 +134,27 @@ def main():
             check(f"eval {paradigm}: concurrent sessions == one at a time",
                   len(outputs["1"]) == 9 and
                   [o[:2] for o in outputs["4"]] == [o[:2] for o in outputs["1"]], outputs)
+        # gpe make-corpus + gpe train (batch mode): the loss falls and the output folder loads.
+        corpus = os.path.join(tmp, "corpus.json")
+        rc, _, err = run([gpe, "make-corpus", "--seed", "5", "--count", "24", "--out", corpus])
+        check("make-corpus", rc == 0 and len(json.load(open(corpus))) == 24, err)
+        trained = os.path.join(tmp, "trained")
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", trained,
+                          "--batch_size", "8", "--epochs", "4", "--lr", "0.003", "--log_every",
+                          "1", "--save_every", "6", "--threads", "1"])
+        losses = [float(x) for x in re.findall(r"loss ([\d.]+)", err)]
+        check("train exits 0 and logs every step", rc == 0 and len(losses) == 12, err)
+        check("train lowers the loss", len(losses) == 12 and losses[-1] < losses[0], losses)
+        check("train writes the model and checkpoints",
+              os.path.exists(os.path.join(trained, "model.safetensors")) and
+              os.path.exists(os.path.join(trained, "checkpoint-6", "model.safetensors")), trained)
+        rc, out, err = run([gpe, "eval", "--model", trained, "--data", corpus, "--limit", "2",
+                            "--max_new_tokens", "8", "--threads", "1"])
+        check("a trained folder evaluates", rc == 0 and out.startswith("BLEU = "), err)
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", trained,
+                          "--mode", "streaming"])
+        check("streaming training refused with a reason", rc == 1 and "not available yet" in err,
+              err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--concurrency", "0"])
         check("bad concurrency exits 2", rc == 2 and "--concurrency" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",
@@ -142,8 +163,8 @@ def main():
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 
-    for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "make-corpus", "logits",
-                    "bench-forward", "bench-stream", "bench", "score", "eval"):
+    for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "make-corpus",
+                    "logits", "bench-forward", "bench-stream", "bench", "score", "eval", "train"):
         rc, out, _ = run([gpe, command, "--help"])
         check(f"{command} --help", rc == 0 and "usage: gpe " + command in out, out)
     rc, out, _ = run([gpe, "--help"])

@@ -1,0 +1,85 @@
+// Full fine-tuning of a model folder on a parallel corpus, with the same transformer code as
+// inference (model::TransformerHidden) on trainable fp32 copies of the weights, AdamW, linear
+// warmup and decay, gradient accumulation and clipping, and checkpoints written as Hugging
+// Face folders that `gpe eval` and `gpeserve` load unchanged.
+//
+// Modes: `batch` (the plain causal model over prompt, source, end, header and target, with the
+// loss on the target tokens and the end-of-sequence token after them). The streaming mode of
+// docs/GPE.md 7 (its mask, positions and shifted rows) is the next step and is refused until
+// it exists.
+//
+// Thread-safety: a Trainer is used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "engine/policy/profile.h"
+
+namespace gpeserve::train {
+
+struct TrainConfig {
+  std::string mode = "batch";
+  double lr = 3e-4;      // peak learning rate
+  int warmup_steps = 0;  // linear warmup from 0 to lr, then linear decay to 0 at total_steps
+  int total_steps = 1;   // optimizer steps in the whole run (for the schedule)
+  double weight_decay = 0.01;
+  double max_grad_norm = 1.0;  // 0: no clipping
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+// One training sequence: token ids, position ids, and for each token whether the next token's
+// prediction from it counts in the loss (targets[i] is the token predicted at row i, or -1).
+struct Sequence {
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> targets;
+};
+
+class Trainer {
+ public:
+  // `init`: a model loaded in fp32 on its device (its weights are copied, not changed).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(std::shared_ptr<const model::Model> init,
+                                                         const policy::Profile& profile,
+                                                         const TrainConfig& config);
+
+  // The batch-mode sequence of one example: prompt prefix, source words (with spaces as the
+  // profile says), end, header, target, end-of-sequence; the loss covers the target and EOS.
+  absl::StatusOr<Sequence> BatchSequence(const std::string& source,
+                                         const std::string& target) const;
+
+  // Mean cross-entropy over the counted tokens of `batch` (sequences packed into one forward
+  // pass, attending only within themselves). With `backward`, the gradients of loss * `scale`
+  // accumulate (scale 1/G for G accumulated micro-batches).
+  absl::StatusOr<double> Loss(const std::vector<Sequence>& batch, bool backward,
+                              double scale = 1.0);
+  // Clips, steps the optimizer at the scheduled learning rate, clears gradients; returns the
+  // learning rate used.
+  double OptimizerStep();
+  int64_t steps() const { return steps_; }
+
+  // Float32 logits [T, vocab] of a plain causal pass of `tokens` at `positions` (no gradient).
+  torch::Tensor Logits(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions);
+
+  // Writes a model folder: the init folder's config, generation config and tokenizer files, and
+  // model.safetensors with the current weights (fp32).
+  absl::Status Save(const std::string& init_dir, const std::string& out_dir) const;
+
+ private:
+  Trainer() = default;
+  double LearningRate() const;
+
+  std::shared_ptr<const model::Model> init_;
+  policy::Profile profile_;
+  TrainConfig config_;
+  model::Weights weights_;  // trainable fp32
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace gpeserve::train
