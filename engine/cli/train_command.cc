@@ -21,13 +21,15 @@ int TrainCommand(int argc, char** argv, int first) {
             "objects with source and target strings) with AdamW, linear warmup then linear\n"
             "decay, gradient accumulation and clipping, and writes a model folder to --out\n"
             "(plus --out/checkpoint-STEP every --save_every steps) that gpe eval and gpeserve\n"
-            "load. Mode batch: the plain causal loss on the target (the streaming mode of\n"
-            "docs/GPE.md 7 is not available yet). fp32 on the CPU, or --device cuda.");
+            "load. Modes (docs/GPE.md 7): streaming (group positions, the wait-k mask with\n"
+            "--wait_k, for models served with GPE) or batch (plain causal, loss on the\n"
+            "target). fp32 on the CPU, or --device cuda.");
   args.AddString("init", "DIR", "model folder to start from (make-model or a checkpoint)");
   args.AddString("data", "FILE", "training data: JSON array of objects");
   args.AddString("source_key", "KEY", "source field", "en");
   args.AddString("target_key", "KEY", "target field", "de");
   args.AddString("mode", "batch|streaming", "training mode", "batch");
+  args.AddString("wait_k", "K", "streaming: source words read before the first write", "3");
   args.AddString("profile", "NAME|FILE", "prompt profile", "qwen2.5");
   args.AddString("instruction", "TEXT", "override the profile's instruction");
   args.AddString("epochs", "N", "passes over the data", "1");
@@ -60,14 +62,16 @@ int TrainCommand(int argc, char** argv, int first) {
       !absl::SimpleAtoi(*args.Get("log_every"), &log_every) || log_every < 1 ||
       !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
       !absl::SimpleAtoi(*args.Get("seed"), &seed) ||
+      !absl::SimpleAtoi(*args.Get("wait_k"), &config.wait_k) || config.wait_k < 1 ||
       !absl::SimpleAtod(*args.Get("lr"), &config.lr) || config.lr <= 0 ||
       !absl::SimpleAtod(*args.Get("max_grad_norm"), &config.max_grad_norm) ||
       config.max_grad_norm < 0 ||
       !absl::SimpleAtod(*args.Get("weight_decay"), &config.weight_decay) ||
       config.weight_decay < 0) {
-    std::cerr << "gpe: --epochs, --batch_size, --grad_accum, --log_every take positive whole "
-                 "numbers; --warmup, --save_every, --threads, --seed whole numbers; --lr a "
-                 "positive number; --max_grad_norm, --weight_decay numbers >= 0\n";
+    std::cerr
+        << "gpe: --epochs, --batch_size, --grad_accum, --log_every, --wait_k take positive whole "
+           "numbers; --warmup, --save_every, --threads, --seed whole numbers; --lr a "
+           "positive number; --max_grad_norm, --weight_decay numbers >= 0\n";
     return 2;
   }
   if (config.mode != "batch" && config.mode != "streaming") {
@@ -106,7 +110,7 @@ int TrainCommand(int argc, char** argv, int first) {
   }
   std::vector<train::Sequence> sequences;
   for (size_t i = 0; i < data->size(); ++i) {
-    auto s = (*trainer)->BatchSequence((*data)[i].source, (*data)[i].reference);
+    auto s = (*trainer)->MakeSequence((*data)[i].source, (*data)[i].reference);
     if (!s.ok()) {
       std::cerr << "gpe: item " << i << ": " << s.status().message() << "\n";
       return 1;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "engine/model/attention.h"
 #include "engine/model/safetensors.h"
 
@@ -21,12 +22,11 @@ torch::Tensor Trainable(const torch::Tensor& w) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const model::Model> init,
                                                          const policy::Profile& profile,
                                                          const TrainConfig& config) {
-  if (config.mode != "batch") {
-    return absl::UnimplementedError(absl::StrCat(
-        "training mode '", config.mode,
-        "' is not available yet; this build trains in batch mode (the streaming mask of "
-        "docs/GPE.md 7 is being built)"));
+  if (config.mode != "batch" && config.mode != "streaming") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown training mode '", config.mode, "' (batch, streaming)"));
   }
+  if (config.wait_k < 1) return absl::InvalidArgumentError("wait_k must be at least 1");
   if (init->tokenizer() == nullptr) {
     return absl::InvalidArgumentError("the init model folder has no tokenizer.json");
   }
@@ -108,6 +108,89 @@ absl::StatusOr<Sequence> Trainer::BatchSequence(const std::string& source,
   }
   s.targets.back() = eos.empty() ? *tok_eos : eos.front();
   for (size_t i = 0; i < s.tokens.size(); ++i) s.positions.push_back(static_cast<int64_t>(i));
+  s.source_length = static_cast<int64_t>(s.tokens.size());
+  return s;
+}
+
+absl::StatusOr<Sequence> Trainer::MakeSequence(const std::string& source,
+                                               const std::string& target) const {
+  return config_.mode == "streaming" ? StreamingSequence(source, target)
+                                     : BatchSequence(source, target);
+}
+
+absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
+                                                    const std::string& target) const {
+  const tokenizer::Tokenizer& tok = *init_->tokenizer();
+  const tokenizer::EncodeOptions plain{.add_special_tokens = false};
+  Sequence s;
+  // Source: units 0 (prompt prefix), 1..n (words), n + 1 (end); unit_end[u] = tokens in
+  // units 0..u.
+  std::vector<int64_t> unit_end;
+  auto add_unit = [&](const std::string& text) -> absl::Status {
+    auto ids = tok.Encode(text, plain);
+    if (!ids.ok()) return ids.status();
+    s.tokens.insert(s.tokens.end(), ids->begin(), ids->end());
+    unit_end.push_back(static_cast<int64_t>(s.tokens.size()));
+    return absl::OkStatus();
+  };
+  if (absl::Status st = add_unit(profile_.Prefix()); !st.ok()) return st;
+  int64_t n = 0;
+  for (absl::string_view word : absl::StrSplit(source, ' ', absl::SkipWhitespace())) {
+    const std::string text =
+        n > 0 && profile_.add_space ? absl::StrCat(" ", word) : std::string(word);
+    if (absl::Status st = add_unit(text); !st.ok()) return st;
+    ++n;
+  }
+  if (absl::Status st = add_unit(profile_.end); !st.ok()) return st;
+  const int64_t source_length = static_cast<int64_t>(s.tokens.size());
+
+  // Target: header (word 0), the target's words 1..T, then end-of-sequence (word T + 1). A
+  // word starts at a token whose text starts with a space, or after a terminating mark.
+  auto header = tok.Encode(profile_.assistant, plain);
+  auto body = tok.Encode(target, plain);
+  if (!header.ok()) return header.status();
+  if (!body.ok()) return body.status();
+  if (header->empty()) return absl::InvalidArgumentError("the profile's assistant header is empty");
+  const std::vector<int64_t>& eos_ids = init_->config().eos_token_ids;
+  const std::optional<int32_t> tok_eos = tok.eos_id();
+  if (eos_ids.empty() && !tok_eos) {
+    return absl::FailedPreconditionError("the model has no end-of-sequence token to learn");
+  }
+  std::vector<int64_t> target_tokens(header->begin(), header->end());
+  std::vector<int64_t> word(header->size(), 0);
+  int64_t words = 0;
+  bool after_mark = true;  // the first token starts word 1
+  for (int32_t id : *body) {
+    const int32_t one[] = {id};
+    const std::string text = tok.Decode(one, {.skip_special_tokens = true});
+    if (after_mark || (!text.empty() && text[0] == ' ')) ++words;
+    target_tokens.push_back(id);
+    word.push_back(std::max<int64_t>(words, 1));
+    const std::string mark(absl::StripAsciiWhitespace(text));
+    after_mark = mark.size() == 1 && std::string(".,:;?!").find(mark[0]) != std::string::npos;
+  }
+  target_tokens.push_back(eos_ids.empty() ? *tok_eos : eos_ids.front());
+  word.push_back(words + 1);
+
+  // Source units visible to target word t, as a token count.
+  const int64_t k = config_.wait_k;
+  auto visible = [&](int64_t t) {
+    const int64_t units = std::min(t == 0 ? k - 1 : k + t - 1, n + 1);
+    return unit_end[std::max<int64_t>(units, 0)];
+  };
+  const int64_t m = static_cast<int64_t>(target_tokens.size());
+  for (int64_t j = 0; j < m; ++j) {
+    s.visible_source.push_back(visible(word[std::min(j + 1, m - 1)]));
+  }
+  s.tokens.insert(s.tokens.end(), target_tokens.begin(), target_tokens.end());
+  s.source_length = source_length;
+  for (int64_t i = 0; i < source_length; ++i) s.positions.push_back(i);
+  for (int64_t j = 0; j < m; ++j) s.positions.push_back(profile_.phi + j);
+  // Labels: the first header token from the first source token after the prompt; then each
+  // target token from the target row before it.
+  s.targets.assign(s.tokens.size(), -1);
+  s.targets[unit_end[0] < source_length ? unit_end[0] : source_length - 1] = target_tokens[0];
+  for (int64_t j = 0; j + 1 < m; ++j) s.targets[source_length + j] = target_tokens[j + 1];
   return s;
 }
 
@@ -121,14 +204,19 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
     targets.insert(targets.end(), s.targets.begin(), s.targets.end());
   }
   const int64_t t = static_cast<int64_t>(tokens.size());
-  // Block-diagonal causal mask: each sequence attends only within itself.
+  // Block-diagonal mask: each sequence attends only within itself, causally, and its target
+  // rows (streaming) to their visible source rows and the target rows up to themselves.
   torch::Tensor allowed = torch::zeros({t, t}, torch::kBool);
   int64_t begin = 0;
   for (const Sequence& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    allowed.slice(0, begin, begin + n)
-        .slice(1, begin, begin + n)
-        .copy_(model::DenseAttention::CausalMask(n));
+    torch::Tensor block = allowed.slice(0, begin, begin + n).slice(1, begin, begin + n);
+    block.copy_(model::DenseAttention::CausalMask(n));
+    const int64_t src = s.source_length;
+    for (int64_t r = src; r < n && !s.visible_source.empty(); ++r) {
+      block[r].slice(0, 0, src).fill_(false);
+      block[r].slice(0, 0, s.visible_source[r - src]).fill_(true);
+    }
     begin += n;
   }
   const model::ModelConfig& c = init_->config();

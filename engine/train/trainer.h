@@ -3,10 +3,16 @@
 // warmup and decay, gradient accumulation and clipping, and checkpoints written as Hugging
 // Face folders that `gpe eval` and `gpeserve` load unchanged.
 //
-// Modes: `batch` (the plain causal model over prompt, source, end, header and target, with the
-// loss on the target tokens and the end-of-sequence token after them). The streaming mode of
-// docs/GPE.md 7 (its mask, positions and shifted rows) is the next step and is refused until
-// it exists.
+// Modes (docs/GPE.md 7):
+//   batch      the plain causal model over prompt, source, end, header and target, with the
+//              loss on the target tokens and the end-of-sequence token after them;
+//   streaming  source tokens at positions 0.., target (header first) at phi + j; source rows
+//              causal among themselves; the tokens of target word t see the prompt and the
+//              first min(k + t - 1, n + 1) source units (the header is word 0 and sees k - 1;
+//              the end-of-sequence token is word T + 1), shifted up by one row so that the last
+//              token of a word sees what the next word sees; the loss covers every target
+//              token (header included, its first token predicted from the row of the first
+//              source token after the prompt) and the end-of-sequence token.
 //
 // Thread-safety: a Trainer is used from one thread.
 #pragma once
@@ -23,10 +29,11 @@
 namespace gpeserve::train {
 
 struct TrainConfig {
-  std::string mode = "batch";
-  double lr = 3e-4;      // peak learning rate
-  int warmup_steps = 0;  // linear warmup from 0 to lr, then linear decay to 0 at total_steps
-  int total_steps = 1;   // optimizer steps in the whole run (for the schedule)
+  std::string mode = "batch";  // batch | streaming
+  int wait_k = 3;              // streaming: source units read before the first write
+  double lr = 3e-4;            // peak learning rate
+  int warmup_steps = 0;        // linear warmup from 0 to lr, then linear decay to 0 at total_steps
+  int total_steps = 1;         // optimizer steps in the whole run (for the schedule)
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // 0: no clipping
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -38,6 +45,11 @@ struct Sequence {
   std::vector<int64_t> tokens;
   std::vector<int64_t> positions;
   std::vector<int64_t> targets;
+  // Streaming: rows from `source_length` on are target rows; target row r sees the first
+  // visible_source[r - source_length] rows and the target rows up to itself. Batch: plain
+  // causal (source_length = tokens.size(), visible_source empty).
+  int64_t source_length = 0;
+  std::vector<int64_t> visible_source;
 };
 
 class Trainer {
@@ -51,6 +63,11 @@ class Trainer {
   // profile says), end, header, target, end-of-sequence; the loss covers the target and EOS.
   absl::StatusOr<Sequence> BatchSequence(const std::string& source,
                                          const std::string& target) const;
+  // The streaming-mode sequence of one example with the configured wait_k (see above).
+  absl::StatusOr<Sequence> StreamingSequence(const std::string& source,
+                                             const std::string& target) const;
+  // The configured mode's sequence.
+  absl::StatusOr<Sequence> MakeSequence(const std::string& source, const std::string& target) const;
 
   // Mean cross-entropy over the counted tokens of `batch` (sequences packed into one forward
   // pass, attending only within themselves). With `backward`, the gradients of loss * `scale`

@@ -151,10 +151,16 @@ def main():
         rc, out, err = run([gpe, "eval", "--model", trained, "--data", corpus, "--limit", "2",
                             "--max_new_tokens", "8", "--threads", "1"])
         check("a trained folder evaluates", rc == 0 and out.startswith("BLEU = "), err)
-        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", trained,
-                          "--mode", "streaming"])
-        check("streaming training refused with a reason", rc == 1 and "not available yet" in err,
-              err)
+        streamed = os.path.join(tmp, "streamed")
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", streamed,
+                          "--mode", "streaming", "--wait_k", "2", "--batch_size", "8",
+                          "--epochs", "2", "--lr", "0.003", "--log_every", "1", "--threads", "1"])
+        losses = [float(x) for x in re.findall(r"loss ([\d.]+)", err)]
+        check("streaming training runs and lowers the loss",
+              rc == 0 and len(losses) == 6 and losses[-1] < losses[0], err)
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", streamed,
+                          "--mode", "sideways"])
+        check("unknown training mode exits 2", rc == 2 and "--mode takes" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--concurrency", "0"])
         check("bad concurrency exits 2", rc == 2 and "--concurrency" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",

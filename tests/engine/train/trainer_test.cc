@@ -150,11 +150,104 @@ TEST_F(TrainerTest, CheckpointRoundTrip) {
   EXPECT_FALSE(torch::allclose(ours, *initial, 1e-3, 1e-3));
 }
 
-TEST_F(TrainerTest, StreamingModeIsRefusedUntilBuilt) {
+// The streaming layout of docs/GPE.md 7 on a small example, worked by hand: source "a bb"
+// (units: prompt, "a", " bb", end), k = 1, target "X Y." (words "X" and " Y.", then EOS).
+TEST_F(TrainerTest, StreamingSequenceLayout) {
   TrainConfig config;
   config.mode = "streaming";
-  auto t = Trainer::Create(model_, profile_, config);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented);
+  config.wait_k = 1;
+  auto t = Make(config);
+  auto s = t->StreamingSequence("a bb", "X Y.");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const tokenizer::Tokenizer& tok = *model_->tokenizer();
+  auto count = [&](const std::string& text) {
+    return static_cast<int64_t>(tok.Encode(text, {.add_special_tokens = false})->size());
+  };
+  const int64_t p = count(profile_.Prefix()), a = count("a"), bb = count(" bb"),
+                e = count(profile_.end), h = count(profile_.assistant);
+  ASSERT_EQ(a, 1);
+  ASSERT_EQ(bb, 3);  // byte-level without merges: " ", "b", "b"
+  const int64_t src = p + a + bb + e;
+  EXPECT_EQ(s->source_length, src);
+  // Target tokens: header, "X", " ", "Y", ".", EOS (257).
+  const int64_t m = h + 5;
+  ASSERT_EQ(static_cast<int64_t>(s->tokens.size()), src + m);
+  EXPECT_EQ(s->tokens.back(), 257);
+  for (int64_t i = 0; i < src; ++i) EXPECT_EQ(s->positions[i], i);
+  for (int64_t j = 0; j < m; ++j) EXPECT_EQ(s->positions[src + j], profile_.phi + j);
+  // Units visible: header (word 0) k - 1 = 0; word 1 ("X") 1; word 2 (" Y.") 2; EOS (word 3)
+  // min(3, n + 1 = 3) = 3. Shifted up one row: each row sees what the next row's word sees.
+  std::vector<int64_t> want;
+  for (int64_t i = 0; i + 1 < h; ++i) want.push_back(p);  // header rows before the last
+  want.push_back(p + a);                                  // last header row: word 1's view
+  want.push_back(p + a + bb);                             // "X": word 2's view
+  want.push_back(p + a + bb);                             // " "
+  want.push_back(p + a + bb);                             // "Y"
+  want.push_back(src);                                    // ".": EOS's view (everything)
+  want.push_back(src);                                    // EOS: its own
+  EXPECT_EQ(s->visible_source, want);
+  // Labels: the first header token from the first source token after the prompt; every
+  // target token (header included) and EOS from the target row before it.
+  for (int64_t i = 0; i < src; ++i) {
+    EXPECT_EQ(s->targets[i], i == p ? s->tokens[src] : -1) << i;
+  }
+  for (int64_t j = 0; j + 1 < m; ++j) EXPECT_EQ(s->targets[src + j], s->tokens[src + j + 1]);
+  EXPECT_EQ(s->targets.back(), -1);
+}
+
+// The streaming mask is what the loss sees: a source token that no target row may see yet
+// does not change the loss of the rows before it, and a visible one does.
+TEST_F(TrainerTest, StreamingMaskHidesUnreadSource) {
+  TrainConfig config;
+  config.mode = "streaming";
+  config.wait_k = 1;
+  auto t = Make(config);
+  auto base = t->StreamingSequence("a bb cc", "X Y.");
+  ASSERT_TRUE(base.ok());
+  // The header's rows before the last see only the prompt; change the last source word
+  // (" cc", unit 3, first visible to word 3) and compare the loss of those rows only.
+  auto header_loss = [&](Sequence s, int64_t changed_token) {
+    if (changed_token >= 0) s.tokens[changed_token] = 'z';
+    for (int64_t r = 0; r < static_cast<int64_t>(s.targets.size()); ++r) {
+      const bool early_header_row = r >= s.source_length && r + 1 < s.source_length + 3;
+      if (!early_header_row) s.targets[r] = -1;
+    }
+    return *t->Loss({s}, false);
+  };
+  const int64_t last_source_word =
+      base->source_length - 1 -
+      static_cast<int64_t>(
+          model_->tokenizer()->Encode(profile_.end, {.add_special_tokens = false})->size());
+  EXPECT_DOUBLE_EQ(header_loss(*base, -1), header_loss(*base, last_source_word));
+  // A prompt token is visible to them: changing it changes their loss.
+  EXPECT_NE(header_loss(*base, -1), header_loss(*base, 1));
+}
+
+TEST_F(TrainerTest, StreamingTrainingLowersTheLoss) {
+  TrainConfig config;
+  config.mode = "streaming";
+  config.wait_k = 2;
+  config.lr = 3e-3;
+  config.total_steps = 25;
+  auto t = Make(config);
+  std::vector<Sequence> batch;
+  for (const auto& [en, de] : std::vector<std::pair<std::string, std::string>>{
+           {"the dog sleeps", "der Hund schläft"}, {"a cat", "eine Katze"}}) {
+    batch.push_back(*t->MakeSequence(en, de));
+  }
+  const double before = *t->Loss(batch, false);
+  for (int step = 0; step < config.total_steps; ++step) {
+    ASSERT_TRUE(t->Loss(batch, true).ok());
+    t->OptimizerStep();
+  }
+  EXPECT_LT(*t->Loss(batch, false), 0.3 * before);
+}
+
+TEST_F(TrainerTest, UnknownModeRefused) {
+  TrainConfig config;
+  config.mode = "sideways";
+  EXPECT_EQ(Trainer::Create(model_, profile_, config).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
