@@ -21,9 +21,12 @@ struct Preset {
   bool llama3_rope;  // the preset's own rope scaling (for llama-3.2-1b)
 };
 
-// Shapes of the public checkpoints; `tiny` fits in a unit test.
+// Shapes of the public checkpoints; `tiny` fits in a unit test; `small` takes its vocabulary
+// from the tokenizer like `tiny`.
 constexpr Preset kPresets[] = {
     {"tiny", 64, 128, 2, 4, 2, 16, 0, false, 10000.0, 1e-6, 4096, false},
+    // Trainable on a CPU in minutes (the default model's size class).
+    {"small", 256, 768, 4, 4, 2, 64, 0, true, 10000.0, 1e-6, 4096, false},
     {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, true, 1000000.0, 1e-6, 32768, false},
     {"qwen2.5-3b", 2048, 11008, 36, 16, 2, 128, 151936, true, 1000000.0, 1e-6, 32768, false},
     {"llama-3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, true, 500000.0, 1e-5, 131072, true},

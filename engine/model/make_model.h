@@ -31,7 +31,7 @@ struct MakeModelOptions {
   std::optional<bool> mlp_bias;             // llama / mistral only
 };
 
-// Names of the presets: tiny, qwen2.5-0.5b, qwen2.5-3b, llama-3.2-1b.
+// Names of the presets: tiny, small, qwen2.5-0.5b, qwen2.5-3b, llama-3.2-1b.
 std::vector<std::string> PresetNames();
 
 // The configuration `options` describes, with the vocabulary size fitted to `tokenizer_vocab`
