@@ -44,6 +44,7 @@ int TrainCommand(int argc, char** argv, int first) {
   args.AddString("log_every", "N", "print the loss every N steps", "10");
   args.AddString("device", "cpu|cuda", "device", "cpu");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
+  args.AddString("save_dtype", "fp32|bf16|fp16", "dtype of the written weights", "fp32");
   args.AddString("out", "DIR", "output model folder");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   if (!args.Get("init") || !args.Get("data") || !args.Get("out")) {
@@ -78,6 +79,14 @@ int TrainCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: --mode takes batch or streaming\n";
     return 2;
   }
+  const std::string save_name = *args.Get("save_dtype");
+  if (save_name != "fp32" && save_name != "bf16" && save_name != "fp16") {
+    std::cerr << "gpe: --save_dtype takes fp32, bf16 or fp16\n";
+    return 2;
+  }
+  const model::DType save_dtype = save_name == "fp32"   ? model::DType::kF32
+                                  : save_name == "bf16" ? model::DType::kBF16
+                                                        : model::DType::kF16;
   auto profile = policy::LoadProfile(*args.Get("profile"));
   if (!profile.ok()) {
     std::cerr << "gpe: " << profile.status().message() << "\n";
@@ -157,14 +166,14 @@ int TrainCommand(int argc, char** argv, int first) {
       }
       if (save_every > 0 && step % save_every == 0) {
         const std::string dir = absl::StrFormat("%s/checkpoint-%d", *args.Get("out"), step);
-        if (absl::Status s = (*trainer)->Save(*args.Get("init"), dir); !s.ok()) {
+        if (absl::Status s = (*trainer)->Save(*args.Get("init"), dir, save_dtype); !s.ok()) {
           std::cerr << "gpe: " << s.message() << "\n";
           return 1;
         }
       }
     }
   }
-  if (absl::Status s = (*trainer)->Save(*args.Get("init"), *args.Get("out")); !s.ok()) {
+  if (absl::Status s = (*trainer)->Save(*args.Get("init"), *args.Get("out"), save_dtype); !s.ok()) {
     std::cerr << "gpe: " << s.message() << "\n";
     return 1;
   }

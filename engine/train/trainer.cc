@@ -1,12 +1,14 @@
 #include "engine/train/trainer.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "engine/model/attention.h"
 #include "engine/model/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace gpeserve::train {
 namespace {
@@ -280,23 +282,40 @@ torch::Tensor Trainer::Logits(const std::vector<int64_t>& tokens,
   return model::LmLogits(init_->config(), weights_, hidden).to(torch::kCPU, torch::kFloat32);
 }
 
-absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_dir) const {
+absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_dir,
+                           model::DType dtype) const {
   namespace fs = std::filesystem;
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error) return absl::UnavailableError(out_dir + ": " + error.message());
-  for (const char* name :
-       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* name : {"generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
     const fs::path from = fs::path(init_dir) / name;
     if (!fs::exists(from)) continue;
     fs::copy_file(from, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, error);
     if (error) return absl::UnavailableError(absl::StrCat(from.string(), ": ", error.message()));
   }
+  {
+    const fs::path from = fs::path(init_dir) / "config.json";
+    std::ifstream in(from);
+    nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object())
+      return absl::InvalidArgumentError(from.string() + ": not a JSON object");
+    config["torch_dtype"] = dtype == model::DType::kF32    ? "float32"
+                            : dtype == model::DType::kBF16 ? "bfloat16"
+                                                           : "float16";
+    std::ofstream out(fs::path(out_dir) / "config.json");
+    if (!(out << config.dump(2) << "\n")) {
+      return absl::UnavailableError(out_dir + "/config.json: cannot write");
+    }
+  }
+  const torch::ScalarType stored = dtype == model::DType::kF32    ? torch::kFloat32
+                                   : dtype == model::DType::kBF16 ? torch::kBFloat16
+                                                                  : torch::kFloat16;
   std::vector<torch::Tensor> keep;
   std::vector<model::TensorToWrite> tensors;
   for (const auto& [name, w] : model::NamedWeights(init_->config(), weights_)) {
-    keep.push_back(w.detach().to(torch::kCPU, torch::kFloat32).contiguous());
-    tensors.push_back({name, model::DType::kF32,
+    keep.push_back(w.detach().to(torch::kCPU, stored).contiguous());
+    tensors.push_back({name, dtype,
                        std::vector<int64_t>(keep.back().sizes().begin(), keep.back().sizes().end()),
                        keep.back().data_ptr()});
   }

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
+#include "engine/model/safetensors.h"
 #include "engine/policy/profile.h"
 
 namespace gpeserve::train {
@@ -82,9 +83,11 @@ class Trainer {
   // Float32 logits [T, vocab] of a plain causal pass of `tokens` at `positions` (no gradient).
   torch::Tensor Logits(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions);
 
-  // Writes a model folder: the init folder's config, generation config and tokenizer files, and
-  // model.safetensors with the current weights (fp32).
-  absl::Status Save(const std::string& init_dir, const std::string& out_dir) const;
+  // Writes a model folder: the init folder's config (its torch_dtype set to what is stored),
+  // generation config and tokenizer files, and model.safetensors with the current weights in
+  // `dtype` (bf16 halves the folder; the weights are rounded to nearest even).
+  absl::Status Save(const std::string& init_dir, const std::string& out_dir,
+                    model::DType dtype = model::DType::kF32) const;
 
  private:
   Trainer() = default;

@@ -243,6 +243,28 @@ TEST_F(TrainerTest, StreamingTrainingLowersTheLoss) {
   EXPECT_LT(*t->Loss(batch, false), 0.3 * before);
 }
 
+// Saved in bf16: half the bytes, config says bfloat16, logits within bf16 rounding.
+TEST_F(TrainerTest, CheckpointInBf16) {
+  auto t = Make();
+  const std::string f32 = (dir_ / "f32").string(), bf16 = (dir_ / "bf16").string();
+  ASSERT_TRUE(t->Save(model_dir_, f32).ok());
+  ASSERT_TRUE(t->Save(model_dir_, bf16, model::DType::kBF16).ok());
+  const auto size = [](const std::string& d) { return fs::file_size(d + "/model.safetensors"); };
+  EXPECT_LT(size(bf16), size(f32) * 6 / 10);
+  auto loaded = model::Model::Load(bf16, {.threads = 2});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().torch_dtype, "bfloat16");
+  const std::vector<int64_t> tokens = {256, 72, 101, 108, 257}, positions = {0, 1, 2, 3, 4};
+  model::DenseAttention attention({}, {}, model::DenseAttention::CausalMask(5));
+  auto logits = (*loaded)->Forward(torch::tensor(tokens), torch::tensor(positions),
+                                   torch::arange(5), attention);
+  ASSERT_TRUE(logits.ok());
+  const torch::Tensor ours = t->Logits(tokens, positions);
+  const double scale = ours.abs().max().item<double>();
+  EXPECT_LT((ours - *logits).abs().max().item<double>(), 0.05 * scale);
+  EXPECT_FALSE(torch::equal(ours, *logits));  // it was rounded
+}
+
 TEST_F(TrainerTest, UnknownModeRefused) {
   TrainConfig config;
   config.mode = "sideways";
