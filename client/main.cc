@@ -409,14 +409,6 @@ int ModelsCommand(int argc, char** argv) {
   return 0;
 }
 
-// Nearest-rank percentile (0 when empty).
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
-  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
-}
-
 int BenchCommand(int argc, char** argv) {
   cli::Args args("gpe-client bench [options]",
                  "A load generator: --sessions clients each run sessions back to back for\n"
@@ -494,8 +486,8 @@ int BenchCommand(int argc, char** argv) {
        {std::pair<const char*, const std::vector<double>*>{"time to first token", &ttft},
         {"inter-token latency", &itl},
         {"session", &e2e}}) {
-    std::printf("%-24s %9.1f %9.1f %9.1f\n", name, Percentile(*values, 50), Percentile(*values, 90),
-                Percentile(*values, 99));
+    std::printf("%-24s %9.1f %9.1f %9.1f\n", name, eval::Percentile(*values, 50),
+                eval::Percentile(*values, 90), eval::Percentile(*values, 99));
   }
   for (const auto& [code, count] : errors) std::printf("errors %s: %d\n", code.c_str(), count);
   return errors.empty() ? 0 : 1;

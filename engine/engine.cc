@@ -31,7 +31,6 @@ struct Live {
   std::optional<std::chrono::steady_clock::time_point> first_run;
   int64_t order = 0;         // arrival order; admission order once admitted
   int64_t last_served = -1;  // step
-  std::string text;          // emitted so far
 };
 
 struct Command {
@@ -384,18 +383,16 @@ void Engine::Impl::Loop(const model::Model& model) {
       Publish();
       continue;
     }
+    int64_t step_tokens = 0;
+    for (const session::Work& w : works) step_tokens += static_cast<int64_t>(w.tokens.size());
     ++counters.steps;
+    counters.step_tokens += step_tokens;
     counters.step_sessions += static_cast<int64_t>(works.size());
-    if (config.on_step) {
-      int64_t tokens = 0;
-      for (const session::Work& w : works) tokens += static_cast<int64_t>(w.tokens.size());
-      config.on_step(tokens, static_cast<int64_t>(works.size()));
-    }
+    if (config.on_step) config.on_step(step_tokens);
     int64_t row = 0;
     std::vector<int64_t> ids;
     for (Live* live : ran) ids.push_back(live->id);
     for (size_t i = 0; i < works.size(); ++i) {
-      counters.step_tokens += static_cast<int64_t>(works[i].tokens.size());
       if (!sessions.contains(ids[i])) continue;
       Live& live = *ran[i];
       std::optional<int32_t> token;

@@ -39,9 +39,9 @@ struct EngineConfig {
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
   scheduler::SchedulerConfig scheduler;
   int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
-  // Called on the loop thread after each forward step with its tokens and sessions (metrics);
-  // must be cheap and must not call the engine.
-  std::function<void(int64_t tokens, int64_t sessions)> on_step;
+  // Called on the loop thread after each forward step with its token count (metrics); must be
+  // cheap and must not call the engine.
+  std::function<void(int64_t tokens)> on_step;
 };
 
 // What the engine serves, for listings and logs.

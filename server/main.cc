@@ -202,7 +202,7 @@ int Run(int argc, char** argv) {
   engine_config.scheduler.max_batch_tokens = max_batch;
   engine_config.scheduler.max_sessions_per_step = static_cast<int>(max_per_step);
   engine_config.max_sessions = static_cast<int>(max_sessions);
-  engine_config.on_step = [&metrics](int64_t tokens, int64_t) { metrics.ObserveStep(tokens); };
+  engine_config.on_step = [&metrics](int64_t tokens) { metrics.ObserveStep(tokens); };
   auto engine = engine::Engine::Create(*model, engine_config);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
   Service service(*engine, &metrics, service_config);

@@ -1,31 +1,25 @@
 #include "server/service.h"
 
-#include <chrono>
-#include <deque>
-#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/tokenizer/unicode.h"
+#include "server/pipe.h"
 
 namespace gpeserve::server {
 
 using v1::StreamRequest;
 using v1::StreamResponse;
-using Clock = std::chrono::steady_clock;
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush) {
   std::vector<std::string> words;
   std::string current = std::move(*partial);
   partial->clear();
   for (char c : text) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
       if (!current.empty()) words.push_back(std::move(current));
       current.clear();
     } else {
@@ -50,178 +44,6 @@ struct Service::CallRegistry {
 
 namespace {
 
-// The output side of a call, shared by its reactor (gRPC threads) and its engine session's
-// callback (the engine loop thread): engine events become queued responses, written one at a
-// time; the call finishes once the final response is written.
-class Pipe {
- public:
-  class Sink {
-   public:
-    virtual ~Sink() = default;
-    virtual void Write(const StreamResponse& response) = 0;  // StartWrite
-    virtual void End(const grpc::Status& status) = 0;        // Finish
-  };
-
-  Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
-      : sink_(sink), metrics_(metrics), max_queued_(max_queued) {}
-
-  // Source units arrived (the reactor's thread): their arrival times, for word lag.
-  void SourceArrived(size_t units) {
-    std::lock_guard<std::mutex> lock(mu_);
-    arrivals_.insert(arrivals_.end(), units, Clock::now());
-  }
-
-  // The engine's callback (loop thread). False when the client is too far behind.
-  bool OnEvent(const engine::SessionEvent& e) {
-    const Clock::time_point now = Clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    if (end_ || ended_) return true;  // the call is ending; nothing more goes out
-    switch (e.kind) {
-      case engine::SessionEvent::Kind::kTokens: {
-        if (queue_.size() >= max_queued_) return false;
-        if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
-        if (e.word_complete) ObserveWord(now, e.units_read);
-        StreamResponse response;
-        v1::TokenDelta* delta = response.mutable_delta();
-        delta->mutable_ids()->Add(e.ids.begin(), e.ids.end());
-        delta->set_text(e.text);
-        delta->set_word_complete(e.word_complete);
-        delta->set_source_units_read(e.units_read);
-        delta->set_server_time_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count());
-        delta->set_session_time_us(
-            std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count());
-        queue_.push_back(std::move(response));
-        break;
-      }
-      case engine::SessionEvent::Kind::kDone: {
-        if (metrics_ != nullptr) {
-          metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
-          metrics_->ObserveQueueTime(e.queue_seconds);
-          metrics_->SessionFinished(e.reason);
-        }
-        StreamResponse response;
-        v1::SessionDone* done = response.mutable_done();
-        done->set_text(e.full_text);
-        done->mutable_ids()->Add(e.output.begin(), e.output.end());
-        done->mutable_delays()->Add(e.delays.begin(), e.delays.end());
-        const double end_ms = MsSinceFirstArrival(now);
-        for (size_t i = 0; i < e.delays.size(); ++i) {
-          done->add_delays_ms(i < word_ms_.size() ? word_ms_[i] : end_ms);
-        }
-        done->set_source_units(e.source_units);
-        v1::SessionCounters* c = done->mutable_counters();
-        c->set_source_tokens(e.counters.source_tokens);
-        c->set_forward_tokens(e.counters.forward_tokens);
-        c->set_shared_tokens(e.counters.shared_tokens);
-        c->set_preemptions(e.counters.preemptions);
-        done->set_finish_reason(e.reason);
-        queue_.push_back(std::move(response));
-        end_ = grpc::Status::OK;
-        break;
-      }
-      case engine::SessionEvent::Kind::kError:
-        if (metrics_ != nullptr) metrics_->SessionFinished("error");
-        end_ = ToGrpc(e.status);
-        break;
-    }
-    Pump(lock);
-    return true;
-  }
-
-  // Ends the call with `status` once what is queued is written (any thread).
-  void Fail(const grpc::Status& status) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!end_) end_ = status;
-    Pump(lock);
-  }
-
-  // The reactor's OnWriteDone.
-  void OnWriteDone(bool ok) {
-    std::unique_lock<std::mutex> lock(mu_);
-    writing_ = false;
-    if (!queue_.empty()) queue_.pop_front();
-    if (!ok) {  // the client is gone
-      queue_.clear();
-      if (!end_) end_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
-    Pump(lock);
-  }
-
-  // The reactor's OnDone: nothing may touch the sink from now on.
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
-    sink_ = nullptr;
-    ended_ = true;
-  }
-
- private:
-  // Starts the next write, or finishes the call when everything is written. Called with mu_
-  // held; releases it before calling into gRPC (a reaction may run inline).
-  void Pump(std::unique_lock<std::mutex>& lock) {
-    if (sink_ == nullptr || writing_ || ended_) return;
-    Sink* sink = sink_;
-    if (!queue_.empty()) {
-      writing_ = true;
-      const StreamResponse& front = queue_.front();  // stays put until OnWriteDone pops it
-      lock.unlock();
-      sink->Write(front);
-      return;
-    }
-    if (end_) {
-      ended_ = true;
-      const grpc::Status status = *end_;
-      lock.unlock();
-      sink->End(status);
-    }
-  }
-
-  void ObserveTokens(Clock::time_point now, size_t count) {
-    if (metrics_ != nullptr) {
-      if (!last_token_) {
-        metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - opened_).count());
-      } else {
-        metrics_->ObserveInterTokenLatency(
-            std::chrono::duration<double>(now - *last_token_).count());
-      }
-      for (size_t i = 1; i < count; ++i) metrics_->ObserveInterTokenLatency(0);
-    }
-    last_token_ = now;
-  }
-
-  // A target word ended with `units_read` source units read.
-  void ObserveWord(Clock::time_point now, int64_t units_read) {
-    const int64_t before = static_cast<int64_t>(word_ms_.size());  // target words before it
-    word_ms_.push_back(MsSinceFirstArrival(now));
-    if (metrics_ == nullptr) return;
-    double lag_seconds = 0;
-    if (units_read >= 1 && static_cast<size_t>(units_read) <= arrivals_.size()) {
-      lag_seconds = std::chrono::duration<double>(now - arrivals_[units_read - 1]).count();
-    }
-    metrics_->ObserveWordLag(static_cast<double>(std::max<int64_t>(0, units_read - before)),
-                             lag_seconds);
-  }
-
-  double MsSinceFirstArrival(Clock::time_point now) const {
-    const Clock::time_point first = arrivals_.empty() ? opened_ : arrivals_.front();
-    return std::chrono::duration<double, std::milli>(now - first).count();
-  }
-
-  std::mutex mu_;
-  Sink* sink_;  // guarded by mu_; null after Detach
-  Metrics* const metrics_;
-  const size_t max_queued_;
-  const Clock::time_point opened_ = Clock::now();
-  std::deque<StreamResponse> queue_;         // guarded by mu_; front is being written if writing_
-  bool writing_ = false;                     // guarded by mu_
-  std::optional<grpc::Status> end_;          // guarded by mu_: finish with this once drained
-  bool ended_ = false;                       // guarded by mu_: Finish was called (or detached)
-  std::vector<Clock::time_point> arrivals_;  // guarded by mu_: per source unit
-  std::vector<double> word_ms_;              // guarded by mu_: per target word
-  std::optional<Clock::time_point> last_token_;
-};
-
 // Opens an engine session whose events go to `pipe`.
 absl::StatusOr<std::shared_ptr<engine::SessionHandle>> OpenSession(
     Service& service, const engine::SessionConfig& config, std::shared_ptr<Pipe> pipe) {
@@ -244,7 +66,7 @@ absl::Status CheckWord(const std::string& word, int max_bytes) {
     return absl::InvalidArgumentError("a source word is not valid UTF-8");
   }
   for (char c : word) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
       return absl::InvalidArgumentError(
           "a source word contains whitespace; send words without it, or send `text`");
     }

@@ -79,9 +79,6 @@ class Service final : public gpeserve::v1::Gpeserve::CallbackService {
   std::shared_ptr<CallRegistry> registry_;
 };
 
-// Converts a Status to a gRPC status (same code and message).
-grpc::Status ToGrpc(const absl::Status& status);
-
 // Splits text into words on whitespace. A word at the end of `text` that is not followed by
 // whitespace is held in *partial (prefixed by what *partial held before) and not returned;
 // `flush` returns it too.

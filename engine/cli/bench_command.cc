@@ -19,6 +19,7 @@
 #include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
+#include "engine/eval/latency.h"
 #include "engine/model/model.h"
 
 namespace gpeserve::cli {
@@ -27,14 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// Nearest-rank percentile of unsorted values (0 when empty).
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
-  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
-}
 
 struct Row {
   int sessions = 0;
@@ -107,10 +100,10 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
     ttft.push_back(Ms(t.tokens.front() - t.open));
     for (size_t j = 1; j < t.tokens.size(); ++j) itl.push_back(Ms(t.tokens[j] - t.tokens[j - 1]));
   }
-  row.ttft_p50 = Percentile(ttft, 50);
-  row.ttft_p99 = Percentile(ttft, 99);
-  row.itl_p50 = Percentile(itl, 50);
-  row.itl_p99 = Percentile(itl, 99);
+  row.ttft_p50 = eval::Percentile(ttft, 50);
+  row.ttft_p99 = eval::Percentile(ttft, 99);
+  row.itl_p50 = eval::Percentile(itl, 50);
+  row.itl_p99 = eval::Percentile(itl, 99);
   const int64_t steps = after.steps - before.steps;
   row.tokens_per_step =
       steps > 0 ? static_cast<double>(after.step_tokens - before.step_tokens) / steps : 0;

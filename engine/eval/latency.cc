@@ -1,6 +1,7 @@
 #include "engine/eval/latency.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gpeserve::eval {
 namespace {
@@ -32,6 +33,13 @@ double LengthAdaptiveAverageLagging(const std::vector<double>& delays, double so
                                     double target_length) {
   return Lagging(delays, source_length,
                  std::max(target_length, static_cast<double>(delays.size())));
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
 }  // namespace gpeserve::eval

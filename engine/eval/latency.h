@@ -18,4 +18,8 @@ double AverageLagging(const std::vector<double>& delays, double source_length,
 double LengthAdaptiveAverageLagging(const std::vector<double>& delays, double source_length,
                                     double target_length);
 
+// Nearest-rank percentile (p in 0..100) of unsorted values; 0 when there are none. For latency
+// distributions (time to first token, inter-token latency).
+double Percentile(std::vector<double> values, double p);
+
 }  // namespace gpeserve::eval

@@ -24,8 +24,9 @@ class AttentionContext {
 
 // softmax(q k^T / sqrt(d) + mask) v with grouped-query heads, as Hugging Face's eager attention
 // computes it: scores in the serving dtype, softmax in fp32 (on the CPU, bf16/fp16 inputs are
-// computed in fp32 throughout: libtorch 1.13's reduced-precision batched matmul is slow there). q: [T, Hq, D]; k, v: [S, Hkv, D];
-// allowed: [T, S] bool (true = may attend). Every row must allow at least one key.
+// computed in fp32 throughout: libtorch 1.13's reduced-precision batched matmul is slow there). q:
+// [T, Hq, D]; k, v: [S, Hkv, D]; allowed: [T, S] bool (true = may attend). Every row must allow at
+// least one key.
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& allowed);
 

@@ -77,40 +77,58 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   return t;
 }
 
-absl::StatusOr<Sequence> Trainer::BatchSequence(const std::string& source,
-                                                const std::string& target) const {
+absl::StatusOr<Trainer::Tokenized> Trainer::Tokenize(const std::string& source,
+                                                     const std::string& target) const {
   const tokenizer::Tokenizer& tok = *init_->tokenizer();
   const tokenizer::EncodeOptions plain{.add_special_tokens = false};
-  Sequence s;
-  auto append = [&](const std::string& text, bool counted) -> absl::Status {
+  Tokenized t;
+  auto add_unit = [&](const std::string& text) -> absl::Status {
     auto ids = tok.Encode(text, plain);
     if (!ids.ok()) return ids.status();
-    for (int32_t id : *ids) {
-      if (counted && !s.tokens.empty()) s.targets.back() = id;
-      s.tokens.push_back(id);
-      s.targets.push_back(-1);
-    }
+    t.source.insert(t.source.end(), ids->begin(), ids->end());
+    t.unit_end.push_back(static_cast<int64_t>(t.source.size()));
     return absl::OkStatus();
   };
-  if (absl::Status st = append(profile_.Prefix(), false); !st.ok()) return st;
-  bool first = true;
+  if (absl::Status st = add_unit(profile_.Prefix()); !st.ok()) return st;
   for (absl::string_view word : absl::StrSplit(source, ' ', absl::SkipWhitespace())) {
     const std::string text =
-        !first && profile_.add_space ? absl::StrCat(" ", word) : std::string(word);
-    if (absl::Status st = append(text, false); !st.ok()) return st;
-    first = false;
+        t.words > 0 && profile_.add_space ? absl::StrCat(" ", word) : std::string(word);
+    if (absl::Status st = add_unit(text); !st.ok()) return st;
+    ++t.words;
   }
-  if (absl::Status st = append(profile_.end, false); !st.ok()) return st;
-  if (absl::Status st = append(profile_.assistant, false); !st.ok()) return st;
-  if (absl::Status st = append(target, true); !st.ok()) return st;
-  const std::vector<int64_t>& eos = init_->config().eos_token_ids;
+  if (absl::Status st = add_unit(profile_.end); !st.ok()) return st;
+  auto header = tok.Encode(profile_.assistant, plain);
+  auto body = tok.Encode(target, plain);
+  if (!header.ok()) return header.status();
+  if (!body.ok()) return body.status();
+  if (header->empty()) return absl::InvalidArgumentError("the profile's assistant header is empty");
+  t.header.assign(header->begin(), header->end());
+  t.body.assign(body->begin(), body->end());
+  const std::vector<int64_t>& eos_ids = init_->config().eos_token_ids;
   const std::optional<int32_t> tok_eos = tok.eos_id();
-  if (eos.empty() && !tok_eos) {
+  if (eos_ids.empty() && !tok_eos) {
     return absl::FailedPreconditionError("the model has no end-of-sequence token to learn");
   }
-  s.targets.back() = eos.empty() ? *tok_eos : eos.front();
-  for (size_t i = 0; i < s.tokens.size(); ++i) s.positions.push_back(static_cast<int64_t>(i));
-  s.source_length = static_cast<int64_t>(s.tokens.size());
+  t.eos = eos_ids.empty() ? *tok_eos : eos_ids.front();
+  return t;
+}
+
+absl::StatusOr<Sequence> Trainer::BatchSequence(const std::string& source,
+                                                const std::string& target) const {
+  auto t = Tokenize(source, target);
+  if (!t.ok()) return t.status();
+  // One plain causal sequence; the rows before each target token and before EOS are counted.
+  Sequence s;
+  s.tokens = t->source;
+  s.tokens.insert(s.tokens.end(), t->header.begin(), t->header.end());
+  const int64_t context = static_cast<int64_t>(s.tokens.size());
+  s.tokens.insert(s.tokens.end(), t->body.begin(), t->body.end());
+  const int64_t size = static_cast<int64_t>(s.tokens.size());
+  s.targets.assign(size, -1);
+  for (int64_t i = context - 1; i + 1 < size; ++i) s.targets[i] = s.tokens[i + 1];
+  s.targets.back() = t->eos;
+  for (int64_t i = 0; i < size; ++i) s.positions.push_back(i);
+  s.source_length = size;
   return s;
 }
 
@@ -122,48 +140,18 @@ absl::StatusOr<Sequence> Trainer::MakeSequence(const std::string& source,
 
 absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
                                                     const std::string& target) const {
+  auto t = Tokenize(source, target);
+  if (!t.ok()) return t.status();
   const tokenizer::Tokenizer& tok = *init_->tokenizer();
-  const tokenizer::EncodeOptions plain{.add_special_tokens = false};
-  Sequence s;
-  // Source: units 0 (prompt prefix), 1..n (words), n + 1 (end); unit_end[u] = tokens in
-  // units 0..u.
-  std::vector<int64_t> unit_end;
-  auto add_unit = [&](const std::string& text) -> absl::Status {
-    auto ids = tok.Encode(text, plain);
-    if (!ids.ok()) return ids.status();
-    s.tokens.insert(s.tokens.end(), ids->begin(), ids->end());
-    unit_end.push_back(static_cast<int64_t>(s.tokens.size()));
-    return absl::OkStatus();
-  };
-  if (absl::Status st = add_unit(profile_.Prefix()); !st.ok()) return st;
-  int64_t n = 0;
-  for (absl::string_view word : absl::StrSplit(source, ' ', absl::SkipWhitespace())) {
-    const std::string text =
-        n > 0 && profile_.add_space ? absl::StrCat(" ", word) : std::string(word);
-    if (absl::Status st = add_unit(text); !st.ok()) return st;
-    ++n;
-  }
-  if (absl::Status st = add_unit(profile_.end); !st.ok()) return st;
-  const int64_t source_length = static_cast<int64_t>(s.tokens.size());
-
+  const int64_t source_length = static_cast<int64_t>(t->source.size());
   // Target: header (word 0), the target's words 1..T, then end-of-sequence (word T + 1). A
   // word starts at a token whose text starts with a space, or after a terminating mark.
-  auto header = tok.Encode(profile_.assistant, plain);
-  auto body = tok.Encode(target, plain);
-  if (!header.ok()) return header.status();
-  if (!body.ok()) return body.status();
-  if (header->empty()) return absl::InvalidArgumentError("the profile's assistant header is empty");
-  const std::vector<int64_t>& eos_ids = init_->config().eos_token_ids;
-  const std::optional<int32_t> tok_eos = tok.eos_id();
-  if (eos_ids.empty() && !tok_eos) {
-    return absl::FailedPreconditionError("the model has no end-of-sequence token to learn");
-  }
-  std::vector<int64_t> target_tokens(header->begin(), header->end());
-  std::vector<int64_t> word(header->size(), 0);
+  std::vector<int64_t> target_tokens = t->header;
+  std::vector<int64_t> word(t->header.size(), 0);
   int64_t words = 0;
   bool after_mark = true;  // the first token starts word 1
-  for (int32_t id : *body) {
-    const int32_t one[] = {id};
+  for (int64_t id : t->body) {
+    const int32_t one[] = {static_cast<int32_t>(id)};
     const std::string text = tok.Decode(one, {.skip_special_tokens = true});
     if (after_mark || (!text.empty() && text[0] == ' ')) ++words;
     target_tokens.push_back(id);
@@ -171,19 +159,21 @@ absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
     const std::string mark(absl::StripAsciiWhitespace(text));
     after_mark = mark.size() == 1 && std::string(".,:;?!").find(mark[0]) != std::string::npos;
   }
-  target_tokens.push_back(eos_ids.empty() ? *tok_eos : eos_ids.front());
+  target_tokens.push_back(t->eos);
   word.push_back(words + 1);
 
   // Source units visible to target word t, as a token count.
-  const int64_t k = config_.wait_k;
-  auto visible = [&](int64_t t) {
-    const int64_t units = std::min(t == 0 ? k - 1 : k + t - 1, n + 1);
-    return unit_end[std::max<int64_t>(units, 0)];
+  const int64_t k = config_.wait_k, n = t->words;
+  auto visible = [&](int64_t w) {
+    const int64_t units = std::min(w == 0 ? k - 1 : k + w - 1, n + 1);
+    return t->unit_end[std::max<int64_t>(units, 0)];
   };
+  Sequence s;
   const int64_t m = static_cast<int64_t>(target_tokens.size());
   for (int64_t j = 0; j < m; ++j) {
     s.visible_source.push_back(visible(word[std::min(j + 1, m - 1)]));
   }
+  s.tokens = t->source;
   s.tokens.insert(s.tokens.end(), target_tokens.begin(), target_tokens.end());
   s.source_length = source_length;
   for (int64_t i = 0; i < source_length; ++i) s.positions.push_back(i);
@@ -191,7 +181,8 @@ absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
   // Labels: the first header token from the first source token after the prompt; then each
   // target token from the target row before it.
   s.targets.assign(s.tokens.size(), -1);
-  s.targets[unit_end[0] < source_length ? unit_end[0] : source_length - 1] = target_tokens[0];
+  const int64_t prefix = t->unit_end[0];
+  s.targets[prefix < source_length ? prefix : source_length - 1] = target_tokens[0];
   for (int64_t j = 0; j + 1 < m; ++j) s.targets[source_length + j] = target_tokens[j + 1];
   return s;
 }

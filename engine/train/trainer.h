@@ -90,7 +90,18 @@ class Trainer {
                     model::DType dtype = model::DType::kF32) const;
 
  private:
+  // The segments of one example as token ids: source (prompt, words, end) with the token count
+  // after each unit, header, target body, and the end-of-sequence id.
+  struct Tokenized {
+    std::vector<int64_t> source;
+    std::vector<int64_t> unit_end;  // unit_end[u] = tokens in units 0..u
+    int64_t words = 0;
+    std::vector<int64_t> header, body;
+    int64_t eos = 0;
+  };
+
   Trainer() = default;
+  absl::StatusOr<Tokenized> Tokenize(const std::string& source, const std::string& target) const;
   double LearningRate() const;
 
   std::shared_ptr<const model::Model> init_;

@@ -29,7 +29,7 @@ class ServerTest : public ::testing::Test {
     engine_config.block_size = 4;
     engine_config.kv_blocks = kv_blocks;
     engine_config.max_sessions = max_sessions;
-    engine_config.on_step = [this](int64_t tokens, int64_t) { metrics_->ObserveStep(tokens); };
+    engine_config.on_step = [this](int64_t tokens) { metrics_->ObserveStep(tokens); };
     metrics_ = std::make_unique<Metrics>("tiny");
     auto engine = engine::Engine::Create(model_, engine_config);
     ASSERT_TRUE(engine.ok()) << engine.status();

@@ -25,5 +25,13 @@ TEST(LatencyTest, HandComputedCases) {
   EXPECT_DOUBLE_EQ(AverageLagging({}, 4, 3), 0);
 }
 
+TEST(LatencyTest, NearestRankPercentile) {
+  EXPECT_EQ(Percentile({}, 50), 0);
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 50), 3);  // rank ceil(2.5) = 3
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 99), 5);  // rank ceil(4.95) = 5
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 0), 1);   // rank 0 reads the smallest
+  EXPECT_EQ(Percentile({7, 9}, 51), 9);
+}
+
 }  // namespace
 }  // namespace gpeserve::eval
