@@ -24,11 +24,17 @@ torch::Tensor Trainable(const torch::Tensor& w) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const model::Model> init,
                                                          const policy::Profile& profile,
                                                          const TrainConfig& config) {
-  if (config.mode != "batch" && config.mode != "streaming") {
+  if (config.mode != "batch" && config.mode != "streaming" && config.mode != "mixed") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown training mode '", config.mode, "' (batch, streaming)"));
+        absl::StrCat("unknown training mode '", config.mode, "' (batch, streaming, mixed)"));
   }
   if (config.wait_k < 1) return absl::InvalidArgumentError("wait_k must be at least 1");
+  if (config.wait_k_max != 0 && config.wait_k_max < config.wait_k) {
+    return absl::InvalidArgumentError("wait_k_max must be 0 or at least wait_k");
+  }
+  if (config.batch_fraction < 0 || config.batch_fraction > 1) {
+    return absl::InvalidArgumentError("batch_fraction must be between 0 and 1");
+  }
   if (init->tokenizer() == nullptr) {
     return absl::InvalidArgumentError("the init model folder has no tokenizer.json");
   }
@@ -132,14 +138,22 @@ absl::StatusOr<Sequence> Trainer::BatchSequence(const std::string& source,
   return s;
 }
 
-absl::StatusOr<Sequence> Trainer::MakeSequence(const std::string& source,
-                                               const std::string& target) const {
-  return config_.mode == "streaming" ? StreamingSequence(source, target)
-                                     : BatchSequence(source, target);
+absl::StatusOr<Sequence> Trainer::MakeSequence(const std::string& source, const std::string& target,
+                                               std::mt19937_64& rng) const {
+  if (config_.mode == "batch") return BatchSequence(source, target);
+  if (config_.mode == "mixed" &&
+      std::uniform_real_distribution<double>(0, 1)(rng) < config_.batch_fraction) {
+    return BatchSequence(source, target);
+  }
+  const int k = config_.wait_k_max > config_.wait_k
+                    ? std::uniform_int_distribution<int>(config_.wait_k, config_.wait_k_max)(rng)
+                    : config_.wait_k;
+  return StreamingSequence(source, target, k);
 }
 
 absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
-                                                    const std::string& target) const {
+                                                    const std::string& target, int wait_k) const {
+  if (wait_k < 0) return absl::InvalidArgumentError("wait_k must be at least 1");
   auto t = Tokenize(source, target);
   if (!t.ok()) return t.status();
   const tokenizer::Tokenizer& tok = *init_->tokenizer();
@@ -163,7 +177,7 @@ absl::StatusOr<Sequence> Trainer::StreamingSequence(const std::string& source,
   word.push_back(words + 1);
 
   // Source units visible to target word t, as a token count.
-  const int64_t k = config_.wait_k, n = t->words;
+  const int64_t k = wait_k > 0 ? wait_k : config_.wait_k, n = t->words;
   auto visible = [&](int64_t w) {
     const int64_t units = std::min(w == 0 ? k - 1 : k + w - 1, n + 1);
     return t->unit_end[std::max<int64_t>(units, 0)];
@@ -199,19 +213,23 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
   const int64_t t = static_cast<int64_t>(tokens.size());
   // Block-diagonal mask: each sequence attends only within itself, causally, and its target
   // rows (streaming) to their visible source rows and the target rows up to themselves.
-  torch::Tensor allowed = torch::zeros({t, t}, torch::kBool);
+  // Built in plain memory: per-row tensor slicing costs more than the forward pass of a small
+  // model.
+  std::vector<uint8_t> mask(static_cast<size_t>(t * t), 0);
   int64_t begin = 0;
   for (const Sequence& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    torch::Tensor block = allowed.slice(0, begin, begin + n).slice(1, begin, begin + n);
-    block.copy_(model::DenseAttention::CausalMask(n));
     const int64_t src = s.source_length;
-    for (int64_t r = src; r < n && !s.visible_source.empty(); ++r) {
-      block[r].slice(0, 0, src).fill_(false);
-      block[r].slice(0, 0, s.visible_source[r - src]).fill_(true);
+    for (int64_t r = 0; r < n; ++r) {
+      uint8_t* row = mask.data() + (begin + r) * t + begin;
+      const bool target_row = r >= src && !s.visible_source.empty();
+      std::fill(row, row + (target_row ? s.visible_source[r - src] : r + 1), 1);
+      if (target_row) std::fill(row + src, row + r + 1, 1);
     }
     begin += n;
   }
+  const torch::Tensor allowed =
+      torch::from_blob(mask.data(), {t, t}, torch::kUInt8).to(torch::kBool);
   const model::ModelConfig& c = init_->config();
   try {
     const torch::Device device = init_->device();
@@ -318,6 +336,71 @@ absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_d
   }
   fs::rename(path + ".tmp", path, error);
   if (error) return absl::UnavailableError(path + ": " + error.message());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveState(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  const fs::path state = fs::path(dir) / "trainer_state";
+  std::error_code error;
+  fs::create_directories(state, error);
+  if (error) return absl::UnavailableError(state.string() + ": " + error.message());
+  try {
+    std::vector<torch::Tensor> weights;
+    for (const torch::Tensor& p : parameters_) weights.push_back(p.detach().to(torch::kCPU));
+    torch::save(weights, (state / "weights.pt").string());
+    torch::save(*optimizer_, (state / "optimizer.pt").string());
+  } catch (const c10::Error& e) {
+    return absl::UnavailableError(
+        absl::StrCat(state.string(), ": cannot write: ", e.what_without_backtrace()));
+  }
+  std::ofstream out(state / "state.json");
+  const nlohmann::json json = {
+      {"step", steps_}, {"mode", config_.mode}, {"parameters", parameters_.size()}};
+  if (!(out << json.dump(2) << "\n")) {
+    return absl::UnavailableError(state.string() + "/state.json: cannot write");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadState(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path state = fs::path(dir) / "trainer_state";
+  std::ifstream in(state / "state.json");
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("step") || !json["step"].is_number_integer() ||
+      !json.contains("parameters") || !json["parameters"].is_number_integer()) {
+    return absl::NotFoundError(
+        absl::StrCat(state.string(),
+                     "/state.json is missing or unreadable: resume from a checkpoint folder "
+                     "written by gpe train (checkpoint-STEP)"));
+  }
+  if (json["parameters"].get<size_t>() != parameters_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " was saved from a model with ", json["parameters"].get<size_t>(),
+                     " weight tensors; this one has ", parameters_.size()));
+  }
+  try {
+    std::vector<torch::Tensor> weights;
+    torch::load(weights, (state / "weights.pt").string());
+    if (weights.size() != parameters_.size()) {
+      return absl::DataLossError(state.string() + "/weights.pt does not match state.json");
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (!weights[i].sizes().equals(parameters_[i].sizes())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(dir, ": weight ", i, " has shape ", c10::str(weights[i].sizes()),
+                         ", the model's has ", c10::str(parameters_[i].sizes())));
+      }
+      parameters_[i].copy_(weights[i]);
+    }
+    torch::load(*optimizer_, (state / "optimizer.pt").string());
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        absl::StrCat(state.string(), ": cannot read: ", e.what_without_backtrace()));
+  }
+  steps_ = json["step"].get<int64_t>();
   return absl::OkStatus();
 }
 

@@ -12,13 +12,18 @@
 //              the end-of-sequence token is word T + 1), shifted up by one row so that the last
 //              token of a word sees what the next word sees; the loss covers every target
 //              token (header included, its first token predicted from the row of the first
-//              source token after the prompt) and the end-of-sequence token.
+//              source token after the prompt) and the end-of-sequence token;
+//   mixed      each sequence is a batch-mode one with probability batch_fraction, otherwise a
+//              streaming one: one model for both batch and GPE streaming decoding.
+// In streaming and mixed mode with wait_k_max > wait_k, each streaming sequence draws its k
+// uniformly from [wait_k, wait_k_max] (one model for several latencies).
 //
 // Thread-safety: a Trainer is used from one thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -30,11 +35,13 @@
 namespace gpeserve::train {
 
 struct TrainConfig {
-  std::string mode = "batch";  // batch | streaming
-  int wait_k = 3;              // streaming: source units read before the first write
-  double lr = 3e-4;            // peak learning rate
-  int warmup_steps = 0;        // linear warmup from 0 to lr, then linear decay to 0 at total_steps
-  int total_steps = 1;         // optimizer steps in the whole run (for the schedule)
+  std::string mode = "batch";   // batch | streaming | mixed
+  int wait_k = 3;               // streaming: source units read before the first write
+  int wait_k_max = 0;           // > wait_k: k drawn per sequence from [wait_k, wait_k_max]
+  double batch_fraction = 0.5;  // mixed: probability that a sequence is a batch-mode one
+  double lr = 3e-4;             // peak learning rate
+  int warmup_steps = 0;         // linear warmup from 0 to lr, then linear decay to 0 at total_steps
+  int total_steps = 1;          // optimizer steps in the whole run (for the schedule)
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // 0: no clipping
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -64,11 +71,12 @@ class Trainer {
   // profile says), end, header, target, end-of-sequence; the loss covers the target and EOS.
   absl::StatusOr<Sequence> BatchSequence(const std::string& source,
                                          const std::string& target) const;
-  // The streaming-mode sequence of one example with the configured wait_k (see above).
-  absl::StatusOr<Sequence> StreamingSequence(const std::string& source,
-                                             const std::string& target) const;
-  // The configured mode's sequence.
-  absl::StatusOr<Sequence> MakeSequence(const std::string& source, const std::string& target) const;
+  // The streaming-mode sequence of one example with `wait_k` (0: the configured wait_k).
+  absl::StatusOr<Sequence> StreamingSequence(const std::string& source, const std::string& target,
+                                             int wait_k = 0) const;
+  // The configured mode's sequence; mixed mode and a wait-k range draw from `rng`.
+  absl::StatusOr<Sequence> MakeSequence(const std::string& source, const std::string& target,
+                                        std::mt19937_64& rng) const;
 
   // Mean cross-entropy over the counted tokens of `batch` (sequences packed into one forward
   // pass, attending only within themselves). With `backward`, the gradients of loss * `scale`
@@ -88,6 +96,12 @@ class Trainer {
   // `dtype` (bf16 halves the folder; the weights are rounded to nearest even).
   absl::Status Save(const std::string& init_dir, const std::string& out_dir,
                     model::DType dtype = model::DType::kF32) const;
+
+  // The state to resume from exactly: fp32 weights, the optimizer's moments and the step count,
+  // as trainer_state/ inside `dir` (a checkpoint folder).
+  absl::Status SaveState(const std::string& dir) const;
+  // Restores what SaveState wrote into a trainer created with the same model and config.
+  absl::Status LoadState(const std::string& dir);
 
  private:
   // The segments of one example as token ids: source (prompt, words, end) with the token count

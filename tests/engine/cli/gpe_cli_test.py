@@ -5,6 +5,7 @@ usage: gpe_cli_test.py --gpe BIN --model DIR   (DIR: any tokenizer folder)
 Only the standard library is used.
 """
 import argparse
+import array
 import json
 import re
 import subprocess
@@ -21,6 +22,23 @@ def check(name, condition, detail=""):
 def run(args, stdin=b""):
     proc = subprocess.run(args, input=stdin, capture_output=True)
     return proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8", "replace")
+
+
+def safetensors_floats(path):
+    """{name: list of floats} of an F32 safetensors file (the format's header, then raw data)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + size])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t["data_offsets"]
+        values = array.array("f")
+        values.frombytes(blob[8 + size + begin:8 + size + end])
+        out[name] = values
+    return out
 
 
 def main():
@@ -151,6 +169,35 @@ def main():
         rc, out, err = run([gpe, "eval", "--model", trained, "--data", corpus, "--limit", "2",
                             "--max_new_tokens", "8", "--threads", "1"])
         check("a trained folder evaluates", rc == 0 and out.startswith("BLEU = "), err)
+        # --resume from checkpoint-6 runs steps 7..12 only and ends where the whole run ended.
+        resumed = os.path.join(tmp, "resumed")
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", resumed,
+                          "--batch_size", "8", "--epochs", "4", "--lr", "0.003", "--log_every",
+                          "1", "--threads", "1", "--resume",
+                          os.path.join(trained, "checkpoint-6")])
+        steps = [int(x) for x in re.findall(r"step (\d+)/12", err)]
+        check("resume continues at step 7", rc == 0 and "resuming" in err and
+              steps == list(range(7, 13)), err)
+        whole, again = (safetensors_floats(os.path.join(d, "model.safetensors"))
+                        for d in (trained, resumed))
+        check("resumed run ends with the uninterrupted run's weights",
+              whole.keys() == again.keys() and all(
+                  max(abs(x - y) for x, y in zip(whole[k], again[k])) < 1e-5 for k in whole),
+              sorted(whole))
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", resumed,
+                          "--resume", trained])
+        check("resume from a folder without trainer state exits 1",
+              rc == 1 and "trainer_state" in err, err)
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out",
+                          os.path.join(tmp, "mixed"), "--mode", "mixed", "--wait_k", "1-3",
+                          "--batch_fraction", "0.5", "--batch_size", "8", "--epochs", "2",
+                          "--lr", "0.003", "--log_every", "1", "--threads", "1"])
+        losses = [float(x) for x in re.findall(r"loss ([\d.]+)", err)]
+        check("mixed training with a wait-k range runs and lowers the loss",
+              rc == 0 and len(losses) == 6 and losses[-1] < losses[0], err)
+        rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", resumed,
+                          "--wait_k", "3-1"])
+        check("a reversed wait-k range exits 2", rc == 2 and "--wait_k" in err, err)
         streamed = os.path.join(tmp, "streamed")
         rc, _, err = run([gpe, "train", "--init", model_dir, "--data", corpus, "--out", streamed,
                           "--mode", "streaming", "--wait_k", "2", "--batch_size", "8",

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <random>
 
 #include "engine/model/attention.h"
 #include "gtest/gtest.h"
@@ -233,7 +235,7 @@ TEST_F(TrainerTest, StreamingTrainingLowersTheLoss) {
   std::vector<Sequence> batch;
   for (const auto& [en, de] : std::vector<std::pair<std::string, std::string>>{
            {"the dog sleeps", "der Hund schläft"}, {"a cat", "eine Katze"}}) {
-    batch.push_back(*t->MakeSequence(en, de));
+    batch.push_back(*t->StreamingSequence(en, de));
   }
   const double before = *t->Loss(batch, false);
   for (int step = 0; step < config.total_steps; ++step) {
@@ -263,6 +265,75 @@ TEST_F(TrainerTest, CheckpointInBf16) {
   const double scale = ours.abs().max().item<double>();
   EXPECT_LT((ours - *logits).abs().max().item<double>(), 0.05 * scale);
   EXPECT_FALSE(torch::equal(ours, *logits));  // it was rounded
+}
+
+// Mixed mode draws batch-mode sequences with the configured probability and streaming ones
+// with every k of the range (and only those): the sequence equals the one built directly.
+TEST_F(TrainerTest, MixedModeDrawsModesAndWaitK) {
+  TrainConfig config;
+  config.mode = "mixed";
+  config.wait_k = 1;
+  config.wait_k_max = 3;
+  config.batch_fraction = 0.25;
+  auto t = Make(config);
+  const std::string en = "the dog sees a cat", de = "der Hund sieht eine Katze";
+  const Sequence batch = *t->BatchSequence(en, de);
+  std::vector<Sequence> streaming;
+  for (int k = 1; k <= 4; ++k) streaming.push_back(*t->StreamingSequence(en, de, k));
+  ASSERT_NE(streaming[0].visible_source, streaming[1].visible_source);
+  std::mt19937_64 rng(5);
+  std::map<int, int> seen;  // 0: batch, k: streaming with k
+  constexpr int kDraws = 400;
+  for (int i = 0; i < kDraws; ++i) {
+    const Sequence s = *t->MakeSequence(en, de, rng);
+    int kind = -1;
+    if (s.positions == batch.positions && s.visible_source.empty()) kind = 0;
+    for (int k = 1; k <= 4; ++k) {
+      if (s.positions == streaming[k - 1].positions &&
+          s.visible_source == streaming[k - 1].visible_source) {
+        kind = k;
+      }
+    }
+    ASSERT_GE(kind, 0) << "draw " << i << " is neither batch nor streaming";
+    ++seen[kind];
+  }
+  EXPECT_EQ(seen.count(4), 0u) << "k = 4 is outside the range";
+  EXPECT_NEAR(seen[0], kDraws / 4, 40);
+  for (int k = 1; k <= 3; ++k) EXPECT_NEAR(seen[k], kDraws / 4, 40) << "k = " << k;
+}
+
+// Resuming from SaveState continues exactly: 2 + 2 steps through a saved state give the same
+// weights (logits) as 4 steps in one trainer; a missing or damaged state is refused.
+TEST_F(TrainerTest, ResumeIsExact) {
+  TrainConfig config;
+  config.lr = 1e-2;
+  config.warmup_steps = 1;
+  config.total_steps = 4;
+  auto whole = Make(config);
+  std::vector<Sequence> batch = {*whole->BatchSequence("the dog", "der Hund"),
+                                 *whole->BatchSequence("a cat", "eine Katze")};
+  auto train = [&](Trainer& t, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      ASSERT_TRUE(t.Loss(batch, true).ok());
+      t.OptimizerStep();
+    }
+  };
+  train(*whole, 4);
+  auto first = Make(config);
+  train(*first, 2);
+  const std::string dir = (dir_ / "checkpoint-2").string();
+  ASSERT_TRUE(first->SaveState(dir).ok());
+  auto resumed = Make(config);
+  ASSERT_TRUE(resumed->LoadState(dir).ok());
+  EXPECT_EQ(resumed->steps(), 2);
+  train(*resumed, 2);
+  const std::vector<int64_t>& tokens = batch[0].tokens;
+  const torch::Tensor expected = whole->Logits(tokens, batch[0].positions);
+  EXPECT_TRUE(torch::allclose(resumed->Logits(tokens, batch[0].positions), expected, 1e-6, 1e-6));
+  fs::remove(fs::path(dir) / "trainer_state" / "optimizer.pt");
+  EXPECT_EQ(Make(config)->LoadState(dir).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Make(config)->LoadState((dir_ / "nowhere").string()).code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(TrainerTest, UnknownModeRefused) {
