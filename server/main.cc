@@ -17,12 +17,12 @@
 #include "absl/strings/strip.h"
 #include "engine/cli/args.h"
 #include "engine/engine.h"
+#include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/policy/profile.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "server/default_model.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -72,8 +72,10 @@ int Run(int argc, char** argv) {
       "coming in (group position encoding, docs/GPE.md). Prometheus metrics on\n"
       "--metrics_listen. SIGTERM or SIGINT: stop accepting sessions, let running ones finish\n"
       "for up to --drain_seconds, cancel the rest, exit 0.\n"
-      "Without --model it serves a built-in tiny random-weight model (its output is noise).");
-  args.AddString("model", "DIR", "Hugging Face model folder (default: the built-in tiny model)");
+      "Without --model it serves the built-in default model, a small English-to-German\n"
+      "translator trained by scripts/train-default-model (docs/training.md).");
+  args.AddString("model", "DIR",
+                 "Hugging Face model folder (default: the built-in English-to-German model)");
   args.AddString("profile", "NAME|FILE",
                  "default prompt profile (qwen2.5, llama3, gemma2, phi3, or a JSON file); "
                  "sessions may also name any built-in profile",
@@ -165,26 +167,22 @@ int Run(int argc, char** argv) {
   }
 
   // The model.
-  std::string model_dir;
-  std::filesystem::path temp;
+  const model::ModelOptions model_options{.dtype = *args.Get("dtype"),
+                                          .device = *args.Get("device"),
+                                          .threads = static_cast<int>(threads)};
+  absl::StatusOr<std::shared_ptr<const model::Model>> model;
+  std::string model_dir = "(built-in default model)";
   if (auto dir = args.Get("model")) {
     model_dir = *dir;
     service_config.model_name = std::filesystem::path(*dir).filename().string();
     if (service_config.model_name.empty()) {
       service_config.model_name = std::filesystem::path(*dir).parent_path().filename().string();
     }
+    model = model::Model::Load(*dir, model_options);
   } else {
-    temp = std::filesystem::temp_directory_path() / absl::StrCat("gpeserve-default-", ::getpid());
-    if (absl::Status s = WriteDefaultModel(temp.string()); !s.ok()) {
-      return Fail("cannot write the default model: " + std::string(s.message()));
-    }
-    model_dir = temp.string();
-    service_config.model_name = "gpeserve-default-tiny";
+    service_config.model_name = model::kDefaultModelName;
+    model = model::LoadDefaultModel(model_options);
   }
-  auto model = model::Model::Load(model_dir, {.dtype = *args.Get("dtype"),
-                                              .device = *args.Get("device"),
-                                              .threads = static_cast<int>(threads)});
-  if (!temp.empty()) std::filesystem::remove_all(temp);  // the mapping stays valid
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if ((*model)->tokenizer() == nullptr) return Fail(model_dir + ": no tokenizer.json");
 
@@ -213,13 +211,9 @@ int Run(int argc, char** argv) {
       return Fail("warm-up failed: " + std::string(s.message()));
     }
   }
-  std::atomic<bool> stop_updates{false};
-  std::thread updater([&] {
-    while (!stop_updates) {
-      metrics.Update((*engine)->stats());
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  });
+  // Scrapes read the engine's statistics as they are; the warm-up session is not counted.
+  // The callback owns the engine, so a scrape during shutdown never sees it destroyed.
+  metrics.SetStatsSource([e = *engine] { return e->stats(); });
 
   // The server.
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -242,8 +236,6 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    stop_updates = true;
-    updater.join();
     return Fail("cannot listen on " + *args.Get("listen") + " (address in use or invalid?)");
   }
   server->GetHealthCheckService()->SetServingStatus(true);
@@ -272,8 +264,6 @@ int Run(int argc, char** argv) {
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (*engine)->Shutdown();
-  stop_updates = true;
-  updater.join();
   std::cout << "gpeserve: stopped" << std::endl;
   return 0;
 }

@@ -8,6 +8,7 @@ int TokenizeCommand(int argc, char** argv, int first);
 int DetokenizeCommand(int argc, char** argv, int first);
 int TrainTokenizerCommand(int argc, char** argv, int first);
 int MakeModelCommand(int argc, char** argv, int first);
+int DefaultModelCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int BenchStreamCommand(int argc, char** argv, int first);

@@ -3,9 +3,11 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "engine/cli/args.h"
 #include "engine/cli/commands.h"
+#include "engine/eval/dataset.h"
 #include "engine/train/corpus.h"
 #include "nlohmann/json.hpp"
 
@@ -16,9 +18,12 @@ int MakeCorpusCommand(int argc, char** argv, int first) {
             "Writes a parallel English-German corpus drawn from the project's grammar (cases,\n"
             "genders, adjective endings, numbers, negation, questions, verb-final subordinate\n"
             "clauses, separable verbs) as a JSON array of {\"en\": ..., \"de\": ...}. The same\n"
-            "seed gives the same corpus; use different seeds for train, dev and test.");
+            "seed gives the same corpus; use different seeds for train, dev and test, and\n"
+            "--exclude train.json for a held-out split: its sentences are then distinct and\n"
+            "none of them is in the training file (short sentences recur across seeds).");
   args.AddString("seed", "N", "random seed", "1");
   args.AddString("count", "N", "sentences", "1000");
+  args.AddString("exclude", "FILE.json", "leave out sentences whose English is in this data set");
   args.AddString("out", "FILE", "output file ('-': stdout)", "-");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   uint64_t seed = 0;
@@ -28,10 +33,36 @@ int MakeCorpusCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: --seed takes a whole number, --count a positive whole number\n";
     return 2;
   }
-  nlohmann::json data = nlohmann::json::array();
-  for (const train::Translation& t : train::GenerateCorpus(seed, count)) {
-    data.push_back({{"en", t.en}, {"de", t.de}});
+  std::vector<train::Translation> corpus;
+  if (auto path = args.Get("exclude")) {
+    auto excluded = eval::LoadDataset(*path, "en", "de");
+    if (!excluded.ok()) {
+      std::cerr << "gpe: " << excluded.status().message() << "\n";
+      return 1;
+    }
+    absl::flat_hash_set<std::string> seen;
+    for (const eval::Example& item : *excluded) seen.insert(item.source);
+    // The corpus of a seed is one random sequence: a longer draw extends a shorter one, so the
+    // result depends on the seed and the excluded set only.
+    for (int64_t drawn = 2 * static_cast<int64_t>(count);
+         corpus.size() < static_cast<size_t>(count); drawn *= 2) {
+      if (drawn > (int64_t{1} << 24)) {
+        std::cerr << "gpe: cannot draw " << count << " sentences outside " << *path << "\n";
+        return 1;
+      }
+      corpus.clear();
+      absl::flat_hash_set<std::string> taken = seen;
+      for (train::Translation& t : train::GenerateCorpus(seed, static_cast<int>(drawn))) {
+        if (corpus.size() < static_cast<size_t>(count) && taken.insert(t.en).second) {
+          corpus.push_back(std::move(t));
+        }
+      }
+    }
+  } else {
+    corpus = train::GenerateCorpus(seed, count);
   }
+  nlohmann::json data = nlohmann::json::array();
+  for (const train::Translation& t : corpus) data.push_back({{"en", t.en}, {"de", t.de}});
   const std::string text = data.dump(1) + "\n";
   if (*args.Get("out") == "-") {
     std::cout << text;

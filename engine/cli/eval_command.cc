@@ -23,6 +23,7 @@
 #include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
+#include "engine/model/default_model.h"
 #include "engine/session/runner.h"
 #include "nlohmann/json.hpp"
 
@@ -138,7 +139,7 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
 }  // namespace
 
 int EvalCommand(int argc, char** argv, int first) {
-  Args args("gpe eval --model DIR --data FILE.json [options]",
+  Args args("gpe eval [--model DIR] --data FILE.json [options]",
             "Runs every item of a data set (a JSON array of objects with source and target\n"
             "strings) through a session (one at a time, or --concurrency sessions at once on\n"
             "the engine, batched into shared forward passes) and prints corpus BLEU (sacreBLEU\n"
@@ -147,7 +148,7 @@ int EvalCommand(int argc, char** argv, int first) {
             "positions), reencode (batch-streaming: re-encode the target after each read),\n"
             "interleaved (one chronological sequence); --mode batch reads the whole source\n"
             "first and uses plain causal positions.");
-  args.AddString("model", "DIR", "model folder");
+  args.AddString("model", "DIR", "model folder (default: the built-in English-to-German model)");
   args.AddString("profile", "NAME|FILE", "prompt profile", "qwen2.5");
   args.AddString("instruction", "TEXT", "override the profile's instruction");
   args.AddString("data", "FILE", "data set: JSON array of objects");
@@ -171,8 +172,8 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("kv_blocks", "N", "KV cache blocks", "1024");
   args.AddString("block_size", "N", "tokens per KV block", "16");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  if (!args.Get("model") || !args.Get("data")) {
-    std::cerr << "gpe: --model and --data are required\n\n" << args.Help();
+  if (!args.Get("data")) {
+    std::cerr << "gpe: --data is required\n\n" << args.Help();
     return 2;
   }
   int wait_k = 0, max_new = 0, threads = 0, kv_blocks = 0, block_size = 0, concurrency = 0,
@@ -219,9 +220,10 @@ int EvalCommand(int argc, char** argv, int first) {
   if (!data.ok()) return Fail(std::string(data.status().message()));
   const size_t count = limit >= 0 ? std::min<size_t>(limit, data->size()) : data->size();
 
-  auto model = model::Model::Load(
-      *args.Get("model"),
-      {.dtype = *args.Get("dtype"), .device = *args.Get("device"), .threads = threads});
+  const model::ModelOptions model_options{
+      .dtype = *args.Get("dtype"), .device = *args.Get("device"), .threads = threads};
+  auto model = args.Get("model") ? model::Model::Load(*args.Get("model"), model_options)
+                                 : model::LoadDefaultModel(model_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   std::ofstream out;
   if (auto path = args.Get("out")) {

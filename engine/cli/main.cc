@@ -15,6 +15,7 @@ constexpr char kUsage[] =
     "  detokenize   JSON id lists in (one per line), {\"text\":\"...\"} out\n"
     "  train-tokenizer  learn a byte-level BPE vocabulary from a corpus\n"
     "  make-model   write a random-weight Hugging Face model folder\n"
+    "  default-model  write the built-in English-German model as a model folder\n"
     "  make-corpus  write the project's English-German parallel corpus (JSON)\n"
     "  train        fine-tune a model folder on a parallel corpus\n"
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "detokenize") return gpeserve::cli::DetokenizeCommand(argc, argv, 2);
   if (command == "train-tokenizer") return gpeserve::cli::TrainTokenizerCommand(argc, argv, 2);
   if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
+  if (command == "default-model") return gpeserve::cli::DefaultModelCommand(argc, argv, 2);
   if (command == "make-corpus") return gpeserve::cli::MakeCorpusCommand(argc, argv, 2);
   if (command == "train") return gpeserve::cli::TrainCommand(argc, argv, 2);
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);

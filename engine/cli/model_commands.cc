@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/cli/args.h"
 #include "engine/cli/commands.h"
+#include "engine/model/default_model.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
 #include "engine/model/npy.h"
@@ -104,6 +105,22 @@ int MakeModelCommand(int argc, char** argv, int first) {
   if (absl::Status s = model::MakeModel(o, *args.Get("out")); !s.ok()) return Fail(s);
   std::cerr << "gpe: wrote " << o.arch << " " << o.preset << " model to " << *args.Get("out")
             << "\n";
+  return 0;
+}
+
+int DefaultModelCommand(int argc, char** argv, int first) {
+  Args args("gpe default-model --out DIR",
+            "Writes the built-in default model (the English-to-German translator that gpeserve\n"
+            "and gpe eval use without --model; made by scripts/train-default-model) as a\n"
+            "Hugging Face model folder.");
+  args.AddString("out", "DIR", "output folder (created if missing)");
+  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
+  if (!args.Get("out")) {
+    std::cerr << "gpe: --out is required\n\n" << args.Help();
+    return 2;
+  }
+  if (absl::Status s = model::WriteDefaultModel(*args.Get("out")); !s.ok()) return Fail(s);
+  std::cerr << "gpe: wrote " << model::kDefaultModelName << " to " << *args.Get("out") << "\n";
   return 0;
 }
 

@@ -100,7 +100,7 @@ def main():
     stub = pb_grpc.GpeserveStub(channel)
     models = stub.ListModels(pb.ListModelsRequest()).models
     check("ListModels names the default model", len(models) == 1 and
-          models[0].name == "gpeserve-default-tiny" and "qwen2.5" in models[0].profiles, models)
+          models[0].name == "gpeserve-en-de-small" and "qwen2.5" in models[0].profiles, models)
     words = "the speaker said that our city will build a new bridge".split()
     ids, done = session(stub, words, wait_k=2, max_new_tokens=20)
     check("Python client completes a session", done is not None and list(done.ids) == ids and
@@ -122,6 +122,12 @@ def main():
     check("gpe-client stream prints text, delays and AL",
           r.returncode == 0 and "text: " in r.stdout and "delays: [" in r.stdout and
           "AL = " in r.stdout, r)
+    r = client("stream", "--server", server.address, "--text",
+               "The young woman reads a new book because the small dog sees the cat.",
+               "--words_per_second", "50", "--wait_k", "3")
+    check("the default model translates English to German live",
+          r.returncode == 0 and "text: Die junge Frau liest ein neues Buch, weil der kleine Hund "
+          "die Katze sieht.\n" in r.stdout, r)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read()
     metrics = metrics.decode()
     for family in ("time_to_first_token_seconds", "inter_token_latency_seconds",
