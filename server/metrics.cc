@@ -97,6 +97,18 @@ Metrics::Metrics(const std::string& model)
        {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {
     finished_->Add({{"model", model}, {"reason", reason}});
   }
+  call_errors_ = &prometheus::BuildCounter()
+                      .Name("gpeserve:request_errors_total")
+                      .Help(
+                          "Stream and Generate calls that ended with an error, by gRPC status "
+                          "code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, ...), "
+                          "refusals before a session started included.")
+                      .Register(*registry_);
+  // The codes a client can cause, present from the start so that rate() sees them at zero.
+  for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE",
+                           "UNAUTHENTICATED", "CANCELLED", "INTERNAL"}) {
+    call_errors_->Add({{"model", model}, {"code", code}});
+  }
 }
 
 Metrics::~Metrics() {
@@ -181,7 +193,16 @@ void Metrics::ServeLoop() {
 
 int Metrics::port() const { return port_; }
 
-std::string Metrics::Render() const {
+std::string Metrics::Render() {
+  // One scrape at a time reads and counts the engine's statistics: two interleaved ones could
+  // move the counters' baseline back and count the same tokens twice.
+  std::lock_guard<std::mutex> render_lock(render_mu_);
+  std::function<engine::EngineStats()> source;
+  {
+    std::lock_guard<std::mutex> lock(update_mu_);
+    source = stats_source_;
+  }
+  if (source) Update(source());
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
@@ -197,6 +218,16 @@ void Metrics::ObserveWordLag(double words, double seconds) {
 
 void Metrics::SessionFinished(const std::string& reason) {
   finished_->Add({{"model", model_}, {"reason", reason}}).Increment();
+}
+
+void Metrics::CallFailed(const std::string& code) {
+  call_errors_->Add({{"model", model_}, {"code", code}}).Increment();
+}
+
+void Metrics::SetStatsSource(std::function<engine::EngineStats()> source) {
+  std::lock_guard<std::mutex> lock(update_mu_);
+  if (source) last_ = source();
+  stats_source_ = std::move(source);
 }
 
 void Metrics::Update(const engine::EngineStats& stats) {

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,8 +41,8 @@ class Metrics {
   absl::Status Serve(const std::string& address);
   // The port /metrics is served on (0 before Serve).
   int port() const;
-  // The exposition text, as a scrape returns it.
-  std::string Render() const;
+  // The exposition text, as a scrape returns it (engine statistics read at that moment).
+  std::string Render();
 
   // ---- Observations ----
   void ObserveStep(int64_t tokens);       // tokens in one forward step
@@ -51,8 +52,13 @@ class Metrics {
   void ObserveSessionLatency(double seconds);         // from open to done
   void ObserveWordLag(double words, double seconds);  // per target word
   void SessionFinished(const std::string& reason);    // done reasons and "error"
+  // A failed call (Stream or Generate ended with a non-OK status), by gRPC status code name.
+  void CallFailed(const std::string& code);
   // Engine statistics: gauges are set, counters advance by what is new since the last call.
   void Update(const engine::EngineStats& stats);
+  // Where Render reads the engine's statistics; what `source` reports now (e.g. a warm-up
+  // session) is the baseline and is not counted.
+  void SetStatsSource(std::function<engine::EngineStats()> source);
 
  private:
   void ServeLoop();
@@ -78,9 +84,12 @@ class Metrics {
   prometheus::Counter* preemptions_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
+  prometheus::Family<prometheus::Counter>* call_errors_;
+  std::function<engine::EngineStats()> stats_source_;  // guarded by update_mu_
   prometheus::Family<prometheus::Counter>* finished_;
   engine::EngineStats last_;  // guarded by update_mu_
   mutable std::mutex update_mu_;
+  std::mutex render_mu_;  // one Render at a time
 };
 
 }  // namespace gpeserve::server

@@ -111,6 +111,7 @@ class PipedReactor : public Reactor, public Pipe::Sink {
  public:
   explicit PipedReactor(Service& service)
       : scope_(service.registry()),
+        metrics_(service.metrics()),
         pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
   }
 
@@ -121,10 +122,17 @@ class PipedReactor : public Reactor, public Pipe::Sink {
     delete this;
   }
   void Write(const StreamResponse& response) override { this->StartWrite(&response); }
-  void End(const grpc::Status& status) override { this->Finish(status); }
+  void End(const grpc::Status& status) override {
+    if (!status.ok() && metrics_ != nullptr) {
+      metrics_->CallFailed(
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
+    }
+    this->Finish(status);
+  }
 
  protected:
   CallScope scope_;
+  Metrics* metrics_;  // may be null
   std::shared_ptr<Pipe> pipe_;
 };
 

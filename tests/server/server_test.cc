@@ -471,9 +471,19 @@ TEST_F(ServerTest, GenerateEqualsOfflineBatch) {
   EXPECT_EQ(std::vector<int32_t>(last.done().ids().begin(), last.done().ids().end()), alone.output);
 }
 
-// A scrape holds every metric family, with values consistent with the sessions run.
+// A scrape holds every metric family, with values consistent with the sessions run (read from
+// the engine at scrape time, the baseline excluded), and refused calls by status code.
 TEST_F(ServerTest, MetricsAreConsistent) {
   Start();
+  v1::SessionConfig before;
+  before.set_max_new_tokens(4);
+  auto first = client::RunSession(*stub_, connect_, before, {"a", "cat"}, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  metrics_->SetStatsSource([this] { return engine_->stats(); });  // that session: baseline
+  v1::SessionConfig bad;
+  bad.set_wait_k(5000);
+  EXPECT_EQ(Exchange(*stub_, {ConfigRequest(bad), EndRequest()}).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   int64_t generated = 0;
   for (int i = 0; i < 3; ++i) {
     v1::SessionConfig config;
@@ -483,7 +493,6 @@ TEST_F(ServerTest, MetricsAreConsistent) {
     generated += result->done.ids_size();
   }
   ASSERT_TRUE(AllBlocksFree());
-  metrics_->Update(engine_->stats());
   const std::string text = metrics_->Render();
   auto value = [&](const std::string& series) {
     for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -501,17 +510,19 @@ TEST_F(ServerTest, MetricsAreConsistent) {
     EXPECT_NE(text.find(std::string("# TYPE gpeserve:") + family + " histogram"), std::string::npos)
         << family;
   }
-  EXPECT_EQ(value("gpeserve:e2e_session_latency_seconds_count" + m), 3);
-  EXPECT_EQ(value("gpeserve:time_to_first_token_seconds_count" + m), 3);
-  EXPECT_EQ(value("gpeserve:queue_time_seconds_count" + m), 3);
-  EXPECT_EQ(value("gpeserve:inter_token_latency_seconds_count" + m), generated - 3);
+  EXPECT_EQ(value("gpeserve:request_errors_total{code=\"INVALID_ARGUMENT\",model=\"tiny\"}"), 1);
+  EXPECT_EQ(value("gpeserve:e2e_session_latency_seconds_count" + m), 4);
+  EXPECT_EQ(value("gpeserve:time_to_first_token_seconds_count" + m), 4);
+  EXPECT_EQ(value("gpeserve:queue_time_seconds_count" + m), 4);
+  EXPECT_EQ(value("gpeserve:inter_token_latency_seconds_count" + m),
+            generated - 3 + first->done.ids_size() - 1);
   EXPECT_EQ(value("gpeserve:generation_tokens_total" + m), generated);
   EXPECT_GT(value("gpeserve:source_tokens_total" + m), 0);
   EXPECT_EQ(
       value("gpeserve:session_finished_total{model=\"tiny\",reason=\"max_new_tokens\"}") +
           value("gpeserve:session_finished_total{model=\"tiny\",reason=\"end_of_sequence\"}") +
           value("gpeserve:session_finished_total{model=\"tiny\",reason=\"max_lag\"}"),
-      3);
+      4);
   EXPECT_EQ(value("gpeserve:num_sessions_running" + m), 0);
   EXPECT_EQ(value("gpeserve:num_sessions_waiting" + m), 0);
   EXPECT_EQ(value("gpeserve:kv_cache_usage_perc" + m), 0);
