@@ -136,12 +136,16 @@ def main():
                    "generation_tokens_total", "num_preemptions_total",
                    "prefix_cache_queries_total", "prefix_cache_hits_total",
                    "session_finished_total", "iteration_tokens", "word_lag_words",
-                   "word_lag_seconds"):
+                   "word_lag_seconds", "request_errors_total"):
         check(f"/metrics has gpeserve:{family}", f"# TYPE gpeserve:{family} " in metrics)
     m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{model="[^"]*"\} (\d+)', metrics)
-    # Two Python sessions and gpe-client's (the refused one never opened; the warm-up runs on
-    # the engine directly).
-    check("/metrics counts the sessions run", m is not None and int(m.group(1)) == 3,
+    # Two Python sessions and two of gpe-client (the refused one never opened; the warm-up
+    # runs on the engine directly).
+    check("/metrics counts the sessions run", m is not None and int(m.group(1)) == 4,
+          m and m.group(0))
+    m = re.search(r'gpeserve:request_errors_total\{code="INVALID_ARGUMENT",model="[^"]*"\} (\d+)',
+                  metrics)
+    check("/metrics counts the refused call", m is not None and int(m.group(1)) == 1,
           m and m.group(0))
 
     # Drain: a slow session (its reference computed unpaced first) runs while SIGTERM arrives.
