@@ -56,4 +56,45 @@ torch::Tensor DenseAttention::CausalMask(int64_t tokens) {
   return torch::ones({tokens, tokens}, torch::kBool).tril();
 }
 
+PaddedAttention::PaddedAttention(torch::Tensor rows, torch::Tensor allowed)
+    : batch_(rows.size(0)), length_(rows.size(1)) {
+  rows_ = rows.reshape({-1});
+  allowed_ = allowed.view({batch_, 1, 1, length_, length_});
+  // Each flat row's padded position: scatter the positions 0..B*L-1 to the rows they hold
+  // (the padding positions all point at the extra row T, dropped afterwards).
+  const int64_t total = rows_.max().item<int64_t>() + 1;
+  torch::Tensor back = torch::zeros({total}, torch::TensorOptions().dtype(torch::kInt64));
+  back.index_put_({rows_}, torch::arange(batch_ * length_, torch::kInt64));
+  back_ = back.to(rows.device());
+  rows_ = rows_.to(rows.device());
+  allowed_ = allowed_.to(rows.device());
+}
+
+torch::Tensor PaddedAttention::Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v) {
+  const int64_t tokens = q.size(0), heads = q.size(1), kv_heads = k.size(1), dim = q.size(2);
+  const int64_t group = heads / kv_heads, b = batch_, l = length_;
+  auto pad = [&](const torch::Tensor& x) {  // [T, H, D] -> [B, L, H, D], padding rows zero
+    const torch::Tensor with_zero = torch::cat({x, torch::zeros_like(x.narrow(0, 0, 1))});
+    return with_zero.index_select(0, rows_).view({b, l, x.size(1), dim});
+  };
+  const torch::Tensor qg = pad(q)
+                               .view({b, l, kv_heads, group, dim})
+                               .permute({0, 2, 3, 1, 4})
+                               .reshape({b, kv_heads, group * l, dim});
+  const torch::Tensor kh = pad(k).permute({0, 2, 1, 3});  // [B, KV, L, D]
+  const torch::Tensor vh = pad(v).permute({0, 2, 1, 3});
+  torch::Tensor scores = torch::matmul(qg, kh.transpose(-1, -2)) / std::sqrt(double(dim));
+  scores = scores.view({b, kv_heads, group, l, l})
+               .to(torch::kFloat32)
+               .masked_fill(allowed_.logical_not(), -std::numeric_limits<float>::infinity());
+  const torch::Tensor probs = torch::softmax(scores, -1).to(q.scalar_type());
+  const torch::Tensor out = torch::matmul(probs.view({b, kv_heads, group * l, l}), vh)
+                                .view({b, kv_heads, group, l, dim})
+                                .permute({0, 3, 1, 2, 4})
+                                .reshape({b * l, heads, dim});
+  TORCH_CHECK(back_.size(0) >= tokens, "PaddedAttention: rows do not cover the tokens");
+  return out.index_select(0, back_.narrow(0, 0, tokens));
+}
+
 }  // namespace gpeserve::model

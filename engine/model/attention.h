@@ -55,4 +55,24 @@ class DenseAttention : public AttentionContext {
   std::vector<torch::Tensor> new_k_, new_v_;
 };
 
+// Attention within independent sequences of one flat batch, each padded to the longest: the
+// cost is B * L^2 instead of the (B * L)^2 of one block-diagonal mask over the packed rows
+// (training packs B sequences of length about L). `rows` [B, L] int64: the flat row of each
+// sequence position, or T (the number of rows) for padding; `allowed` [B, L, L] bool: which
+// positions of its own sequence a position sees (every row at least one, padding included).
+// Differentiable. q: [T, Hq, D]; k, v: [T, Hkv, D].
+class PaddedAttention : public AttentionContext {
+ public:
+  PaddedAttention(torch::Tensor rows, torch::Tensor allowed);
+
+  torch::Tensor Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
+
+ private:
+  torch::Tensor rows_;     // [B * L]
+  torch::Tensor allowed_;  // [B, 1, 1, L, L]
+  torch::Tensor back_;     // [T]: the padded position of each flat row
+  int64_t batch_, length_;
+};
+
 }  // namespace gpeserve::model

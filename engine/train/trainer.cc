@@ -211,17 +211,27 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
     targets.insert(targets.end(), s.targets.begin(), s.targets.end());
   }
   const int64_t t = static_cast<int64_t>(tokens.size());
-  // Block-diagonal mask: each sequence attends only within itself, causally, and its target
-  // rows (streaming) to their visible source rows and the target rows up to themselves.
-  // Built in plain memory: per-row tensor slicing costs more than the forward pass of a small
-  // model.
-  std::vector<uint8_t> mask(static_cast<size_t>(t * t), 0);
+  // Each sequence attends only within itself (padded to the longest: B * L^2 attention, not
+  // the (B * L)^2 of one mask over the packed rows), causally, and its target rows (streaming)
+  // to their visible source rows and the target rows up to themselves. Built in plain memory:
+  // per-row tensor slicing costs more than the forward pass of a small model.
+  const int64_t b = static_cast<int64_t>(batch.size());
+  int64_t length = 0;
+  for (const Sequence& s : batch) length = std::max<int64_t>(length, s.tokens.size());
+  std::vector<int64_t> rows(static_cast<size_t>(b * length), t);  // t: padding
+  std::vector<uint8_t> mask(static_cast<size_t>(b * length * length), 0);
   int64_t begin = 0;
-  for (const Sequence& s : batch) {
+  for (int64_t i = 0; i < b; ++i) {
+    const Sequence& s = batch[i];
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t src = s.source_length;
-    for (int64_t r = 0; r < n; ++r) {
-      uint8_t* row = mask.data() + (begin + r) * t + begin;
+    for (int64_t r = 0; r < length; ++r) {
+      uint8_t* row = mask.data() + (i * length + r) * length;
+      if (r >= n) {  // padding sees itself, so that its softmax is defined
+        row[r] = 1;
+        continue;
+      }
+      rows[i * length + r] = begin + r;
       const bool target_row = r >= src && !s.visible_source.empty();
       std::fill(row, row + (target_row ? s.visible_source[r - src] : r + 1), 1);
       if (target_row) std::fill(row + src, row + r + 1, 1);
@@ -229,14 +239,15 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
     begin += n;
   }
   const torch::Tensor allowed =
-      torch::from_blob(mask.data(), {t, t}, torch::kUInt8).to(torch::kBool);
+      torch::from_blob(mask.data(), {b, length, length}, torch::kUInt8).to(torch::kBool);
+  const torch::Tensor row_index = torch::from_blob(rows.data(), {b, length}, torch::kInt64).clone();
   const model::ModelConfig& c = init_->config();
   try {
     const torch::Device device = init_->device();
     const torch::Tensor ids = torch::tensor(tokens, torch::kInt64).to(device);
     const torch::Tensor pos = torch::tensor(positions, torch::kInt64).to(device);
     auto [cos, sin] = init_->Rotary(pos);
-    model::DenseAttention attention({}, {}, allowed.to(device));
+    model::PaddedAttention attention(row_index.to(device), allowed.to(device));
     const torch::Tensor hidden =
         model::TransformerHidden(c, weights_, ids, cos.unsqueeze(1), sin.unsqueeze(1), attention);
     const torch::Tensor target = torch::tensor(targets, torch::kInt64).to(device);
