@@ -194,15 +194,12 @@ void Metrics::ServeLoop() {
 int Metrics::port() const { return port_; }
 
 std::string Metrics::Render() {
-  // One scrape at a time reads and counts the engine's statistics: two interleaved ones could
-  // move the counters' baseline back and count the same tokens twice.
-  std::lock_guard<std::mutex> render_lock(render_mu_);
-  std::function<engine::EngineStats()> source;
   {
-    std::lock_guard<std::mutex> lock(update_mu_);
-    source = stats_source_;
+    // One scrape at a time reads and counts the engine's statistics: two interleaved ones could
+    // move the counters' baseline back and count the same tokens twice.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (stats_source_) UpdateLocked(stats_source_());
   }
-  if (source) Update(source());
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
@@ -225,13 +222,12 @@ void Metrics::CallFailed(const std::string& code) {
 }
 
 void Metrics::SetStatsSource(std::function<engine::EngineStats()> source) {
-  std::lock_guard<std::mutex> lock(update_mu_);
+  std::lock_guard<std::mutex> lock(stats_mu_);
   if (source) last_ = source();
   stats_source_ = std::move(source);
 }
 
-void Metrics::Update(const engine::EngineStats& stats) {
-  std::lock_guard<std::mutex> lock(update_mu_);
+void Metrics::UpdateLocked(const engine::EngineStats& stats) {
   running_->Set(static_cast<double>(stats.sessions_running));
   waiting_->Set(static_cast<double>(stats.sessions_waiting));
   kv_usage_->Set(stats.kv.total_blocks > 0

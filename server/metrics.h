@@ -54,14 +54,15 @@ class Metrics {
   void SessionFinished(const std::string& reason);    // done reasons and "error"
   // A failed call (Stream or Generate ended with a non-OK status), by gRPC status code name.
   void CallFailed(const std::string& code);
-  // Engine statistics: gauges are set, counters advance by what is new since the last call.
-  void Update(const engine::EngineStats& stats);
   // Where Render reads the engine's statistics; what `source` reports now (e.g. a warm-up
   // session) is the baseline and is not counted.
   void SetStatsSource(std::function<engine::EngineStats()> source);
 
  private:
   void ServeLoop();
+  // Engine statistics: gauges are set, counters advance by what is new since the last call.
+  // REQUIRES: stats_mu_ held.
+  void UpdateLocked(const engine::EngineStats& stats);
 
   std::shared_ptr<prometheus::Registry> registry_;
   int listen_fd_ = -1;
@@ -85,11 +86,10 @@ class Metrics {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Family<prometheus::Counter>* call_errors_;
-  std::function<engine::EngineStats()> stats_source_;  // guarded by update_mu_
+  std::function<engine::EngineStats()> stats_source_;  // guarded by stats_mu_
   prometheus::Family<prometheus::Counter>* finished_;
-  engine::EngineStats last_;  // guarded by update_mu_
-  mutable std::mutex update_mu_;
-  std::mutex render_mu_;  // one Render at a time
+  engine::EngineStats last_;  // guarded by stats_mu_
+  std::mutex stats_mu_;
 };
 
 }  // namespace gpeserve::server

@@ -202,8 +202,10 @@ int TrainCommand(int argc, char** argv, int first) {
   int64_t tokens = 0, micro = 0;
   double loss_sum = 0;
   int loss_count = 0;
+  // Sequences are drawn anew each epoch only when there is something to draw.
+  const bool draws = config.mode == "mixed" || config.wait_k_max > config.wait_k;
   for (int epoch = 0; epoch < epochs; ++epoch) {
-    for (size_t i = 0; i < data->size(); ++i) {
+    for (size_t i = 0; i < data->size() && (epoch == 0 || draws); ++i) {
       auto s = (*trainer)->MakeSequence((*data)[i].source, (*data)[i].reference, draw_rng);
       if (!s.ok()) {
         std::cerr << "gpe: item " << i << ": " << s.status().message() << "\n";

@@ -70,12 +70,9 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadDefaultModel(const ModelOptions
                      fs::temp_directory_path().string(), ": ", std::strerror(errno)));
   }
   const fs::path dir = pattern;
-  absl::StatusOr<std::shared_ptr<const Model>> model = absl::UnknownError("not loaded");
-  if (absl::Status written = WriteDefaultModel(dir.string()); written.ok()) {
-    model = Model::Load(dir.string(), options);
-  } else {
-    model = written;
-  }
+  const absl::Status written = WriteDefaultModel(dir.string());
+  absl::StatusOr<std::shared_ptr<const Model>> model =
+      written.ok() ? Model::Load(dir.string(), options) : written;
   std::error_code ignored;
   fs::remove_all(dir, ignored);  // a mapping of the weights stays valid after the unlink
   if (!model.ok()) {

@@ -15,6 +15,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `steps` optimizer steps on the same batch.
+void Train(Trainer& t, const std::vector<Sequence>& batch, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    ASSERT_TRUE(t.Loss(batch, /*backward=*/true).ok());
+    t.OptimizerStep();
+  }
+}
+
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -113,10 +121,7 @@ TEST_F(TrainerTest, FewStepsLowerTheLoss) {
     batch.push_back(*t->BatchSequence(en, de));
   }
   const double before = *t->Loss(batch, false);
-  for (int step = 0; step < config.total_steps; ++step) {
-    ASSERT_TRUE(t->Loss(batch, /*backward=*/true).ok());
-    t->OptimizerStep();
-  }
+  ASSERT_NO_FATAL_FAILURE(Train(*t, batch, config.total_steps));
   const double after = *t->Loss(batch, false);
   EXPECT_LT(after, 0.3 * before) << "before " << before << " after " << after;
   EXPECT_EQ(t->steps(), 30);
@@ -129,10 +134,7 @@ TEST_F(TrainerTest, CheckpointRoundTrip) {
   config.total_steps = 3;
   auto t = Make(config);
   std::vector<Sequence> batch = {*t->BatchSequence("the dog", "der Hund")};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(t->Loss(batch, true).ok());
-    t->OptimizerStep();
-  }
+  ASSERT_NO_FATAL_FAILURE(Train(*t, batch, 3));
   const std::string out = (dir_ / "checkpoint").string();
   ASSERT_TRUE(t->Save(model_dir_, out).ok());
   auto loaded = model::Model::Load(out, {.threads = 2});
@@ -238,10 +240,7 @@ TEST_F(TrainerTest, StreamingTrainingLowersTheLoss) {
     batch.push_back(*t->StreamingSequence(en, de));
   }
   const double before = *t->Loss(batch, false);
-  for (int step = 0; step < config.total_steps; ++step) {
-    ASSERT_TRUE(t->Loss(batch, true).ok());
-    t->OptimizerStep();
-  }
+  ASSERT_NO_FATAL_FAILURE(Train(*t, batch, config.total_steps));
   EXPECT_LT(*t->Loss(batch, false), 0.3 * before);
 }
 
@@ -312,21 +311,15 @@ TEST_F(TrainerTest, ResumeIsExact) {
   auto whole = Make(config);
   std::vector<Sequence> batch = {*whole->BatchSequence("the dog", "der Hund"),
                                  *whole->BatchSequence("a cat", "eine Katze")};
-  auto train = [&](Trainer& t, int steps) {
-    for (int i = 0; i < steps; ++i) {
-      ASSERT_TRUE(t.Loss(batch, true).ok());
-      t.OptimizerStep();
-    }
-  };
-  train(*whole, 4);
+  ASSERT_NO_FATAL_FAILURE(Train(*whole, batch, 4));
   auto first = Make(config);
-  train(*first, 2);
+  ASSERT_NO_FATAL_FAILURE(Train(*first, batch, 2));
   const std::string dir = (dir_ / "checkpoint-2").string();
   ASSERT_TRUE(first->SaveState(dir).ok());
   auto resumed = Make(config);
   ASSERT_TRUE(resumed->LoadState(dir).ok());
   EXPECT_EQ(resumed->steps(), 2);
-  train(*resumed, 2);
+  ASSERT_NO_FATAL_FAILURE(Train(*resumed, batch, 2));
   const std::vector<int64_t>& tokens = batch[0].tokens;
   const torch::Tensor expected = whole->Logits(tokens, batch[0].positions);
   EXPECT_TRUE(torch::allclose(resumed->Logits(tokens, batch[0].positions), expected, 1e-6, 1e-6));
