@@ -57,6 +57,11 @@ int MakeModelCommand(int argc, char** argv, int first) {
   args.AddString("seed", "N", "random seed", "0");
   args.AddString("dtype", "fp32|bf16|fp16", "stored dtype of the weights", "fp32");
   args.AddString("init_std", "X", "standard deviation of the random weights", "0.02");
+  args.AddString("num_layers", "N", "override: decoder layers");
+  args.AddString("hidden_size", "N", "override: model width");
+  args.AddString("intermediate_size", "N", "override: MLP width");
+  args.AddString("num_heads", "N", "override: attention (query) heads");
+  args.AddString("head_dim", "N", "override: width of one head");
   args.AddString("num_kv_heads", "N", "override: key/value heads (= heads for MHA)");
   args.AddString("tie_word_embeddings", "true|false", "override: share embedding and LM head");
   args.AddString("rope_scaling", "none|linear|llama3", "override: rotary scaling");
@@ -87,10 +92,19 @@ int MakeModelCommand(int argc, char** argv, int first) {
   } else {
     return Fail(absl::InvalidArgumentError("--dtype takes fp32, bf16 or fp16"), 2);
   }
-  if (auto v = args.Get("num_kv_heads")) {
-    int64_t n;
-    if (!absl::SimpleAtoi(*v, &n)) return Fail(absl::InvalidArgumentError("--num_kv_heads"), 2);
-    o.num_kv_heads = n;
+  for (const auto& [flag, target] :
+       {std::pair{"num_layers", &o.num_layers}, std::pair{"hidden_size", &o.hidden_size},
+        std::pair{"intermediate_size", &o.intermediate_size}, std::pair{"num_heads", &o.num_heads},
+        std::pair{"head_dim", &o.head_dim}, std::pair{"num_kv_heads", &o.num_kv_heads}}) {
+    if (auto v = args.Get(flag)) {
+      int64_t n;
+      if (!absl::SimpleAtoi(*v, &n) || n <= 0) {
+        return Fail(absl::InvalidArgumentError(
+                        absl::StrCat("--", flag, " takes a positive integer, got '", *v, "'")),
+                    2);
+      }
+      *target = n;
+    }
   }
   for (const auto& [flag, target] :
        {std::pair{"tie_word_embeddings", &o.tie_word_embeddings},

@@ -118,16 +118,24 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   }
   const int64_t rounded = (tokenizer_vocab + 63) / 64 * 64;
   c.vocab_size = std::max(preset->vocab, rounded);
-  c.hidden_size = preset->hidden;
-  c.intermediate_size = preset->intermediate;
-  c.num_layers = preset->layers;
-  c.num_heads = preset->heads;
+  c.hidden_size = o.hidden_size.value_or(preset->hidden);
+  c.intermediate_size = o.intermediate_size.value_or(preset->intermediate);
+  c.num_layers = o.num_layers.value_or(preset->layers);
+  c.num_heads = o.num_heads.value_or(preset->heads);
   c.num_kv_heads = o.num_kv_heads.value_or(preset->kv_heads);
+  c.head_dim = o.head_dim.value_or(preset->head_dim);
+  for (const auto& [name, value] :
+       {std::pair{"hidden_size", c.hidden_size},
+        std::pair{"intermediate_size", c.intermediate_size}, std::pair{"num_layers", c.num_layers},
+        std::pair{"num_heads", c.num_heads}, std::pair{"head_dim", c.head_dim}}) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
+    }
+  }
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_kv_heads ", c.num_kv_heads, " must divide num_heads ", c.num_heads));
   }
-  c.head_dim = preset->head_dim;
   c.rms_norm_eps = preset->rms_eps;
   c.rope_theta = preset->rope_theta;
   c.max_position_embeddings = preset->max_positions;

@@ -24,6 +24,11 @@ struct MakeModelOptions {
   DType dtype = DType::kF32;  // stored dtype
   double init_std = 0.02;     // standard deviation of the random weights
   // Overrides of the preset (unset: keep the preset's value).
+  std::optional<int64_t> num_layers;
+  std::optional<int64_t> hidden_size;
+  std::optional<int64_t> intermediate_size;
+  std::optional<int64_t> num_heads;
+  std::optional<int64_t> head_dim;
   std::optional<int64_t> num_kv_heads;
   std::optional<bool> tie_word_embeddings;
   std::optional<std::string> rope_scaling;  // none | linear | llama3

@@ -90,6 +90,30 @@ def main():
         rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", model_dir,
                           "--init_std", "0.3"])
         check("make-model", rc == 0, err)
+        # Shape overrides of the preset reach config.json and the tensors (the default model's
+        # script uses them); a bad value is refused with exit 2.
+        shaped = os.path.join(tmp, "shaped")
+        rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", shaped,
+                          "--num_layers", "3", "--hidden_size", "48", "--intermediate_size", "80",
+                          "--num_heads", "6", "--head_dim", "8", "--num_kv_heads", "3"])
+        check("make-model with shape overrides", rc == 0, err)
+        if rc == 0:
+            config = json.load(open(os.path.join(shaped, "config.json")))
+            want = {"num_hidden_layers": 3, "hidden_size": 48, "intermediate_size": 80,
+                    "num_attention_heads": 6, "head_dim": 8, "num_key_value_heads": 3}
+            check("overrides in config.json", all(config.get(k) == v for k, v in want.items()),
+                  config)
+            with open(os.path.join(shaped, "model.safetensors"), "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            layers = {k.split(".")[2] for k in header if k.startswith("model.layers.")}
+            check("overrides in the tensors",
+                  layers == {"0", "1", "2"} and
+                  header["model.layers.2.self_attn.k_proj.weight"]["shape"] == [24, 48] and
+                  header["model.layers.0.mlp.up_proj.weight"]["shape"] == [80, 48], header)
+        rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", shaped + "2",
+                          "--num_layers", "0"])
+        check("make-model --num_layers 0 exits 2 and says why",
+              rc == 2 and "--num_layers takes a positive integer" in err, (rc, err))
         data = os.path.join(tmp, "data.json")
         with open(data, "w") as f:
             json.dump([{"en": "the dog sees the cat", "de": "der Hund sieht die Katze"},
