@@ -28,6 +28,7 @@
 #include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
+#include "engine/eval/words.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::client {
@@ -64,6 +65,10 @@ void AddSessionFlags(cli::Args& args) {
   args.AddString("wait_k", "K", "source words read before the first write (default: the server's)");
   args.AddString("split", "word|token", "source unit", "word");
   args.AddString("paradigm", "gpe|reencode|interleaved", "streaming paradigm", "gpe");
+  args.AddString("compat", "none|reference",
+                 "reference: the reference evaluation code's rules and output text, token for "
+                 "token (docs/GPE.md 8)",
+                 "none");
   args.AddString("max_new_tokens", "N", "target tokens at most (default: the server's)");
   args.AddString("temperature", "T", "sampling temperature (0: greedy)", "0");
   args.AddString("top_k", "K", "keep the k most likely tokens (0: all)", "0");
@@ -122,6 +127,14 @@ absl::StatusOr<v1::SessionConfig> SessionFrom(const cli::Args& args) {
   } else {
     return absl::InvalidArgumentError("--paradigm takes gpe, reencode or interleaved");
   }
+  const std::string compat = *args.Get("compat");
+  if (compat == "none") {
+    config.set_compat(v1::SessionConfig::COMPAT_NONE);
+  } else if (compat == "reference") {
+    config.set_compat(v1::SessionConfig::COMPAT_REFERENCE);
+  } else {
+    return absl::InvalidArgumentError("--compat takes none or reference");
+  }
   double temperature = 0, top_p = 1;
   int top_k = 0;
   if (!absl::SimpleAtod(*args.Get("temperature"), &temperature) ||
@@ -147,9 +160,18 @@ std::vector<std::string> Words(const std::string& text) {
 }
 
 // AL and LAAL of a finished session in source units, with |Y| = the output's words.
-std::pair<double, double> Lagging(const v1::SessionDone& done, double target_words) {
+// |X|, the source units of a session: the words sent + the end segment, whether or not the
+// server received them all before the session ended (in split mode "token" the client does not
+// know the tokens: the server's count, which may then miss units never received).
+double SourceUnits(const v1::SessionConfig& config, const v1::SessionDone& done, size_t words) {
+  if (config.split() == v1::SessionConfig::SPLIT_TOKEN) {
+    return static_cast<double>(done.source_units());
+  }
+  return static_cast<double>(words + 1);
+}
+
+std::pair<double, double> Lagging(const v1::SessionDone& done, double x, double target_words) {
   const std::vector<double> delays(done.delays().begin(), done.delays().end());
-  const double x = static_cast<double>(done.source_units());
   return {eval::AverageLagging(delays, x, target_words),
           eval::LengthAdaptiveAverageLagging(delays, x, target_words)};
 }
@@ -209,13 +231,19 @@ int StreamCommand(int argc, char** argv) {
                                 result.status().message()));
   }
   const v1::SessionDone& done = result->done;
-  const auto [al, laal] = Lagging(done, static_cast<double>(Words(done.text()).size()));
+  const auto [al, laal] =
+      Lagging(done, SourceUnits(*config, done, words.size()),
+              static_cast<double>(eval::SplitWords(done.text()).size()));
   std::printf("text: %s\n", done.text().c_str());
   std::string delays;
   for (int64_t d : done.delays()) delays += (delays.empty() ? "" : ",") + std::to_string(d);
   std::printf("delays: [%s]\nAL = %.3f  LAAL = %.3f  (source units; %lld)  reason: %s\n",
               delays.c_str(), al, laal, static_cast<long long>(done.source_units()),
               done.finish_reason().c_str());
+  if (done.source_units_unread() > 0) {
+    std::printf("note: the session ended with %lld source units received and never read\n",
+                static_cast<long long>(done.source_units_unread()));
+  }
   if (args.GetBool("json")) {
     nlohmann::json j = {
         {"text", done.text()},
@@ -223,6 +251,7 @@ int StreamCommand(int argc, char** argv) {
         {"delays", std::vector<int64_t>(done.delays().begin(), done.delays().end())},
         {"delays_ms", std::vector<double>(done.delays_ms().begin(), done.delays_ms().end())},
         {"source_units", done.source_units()},
+        {"source_units_unread", done.source_units_unread()},
         {"finish_reason", done.finish_reason()},
         {"forward_tokens", done.counters().forward_tokens()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -302,8 +331,9 @@ int EvalCommand(int argc, char** argv) {
                                   results[i].status().message()));
     }
     const v1::SessionDone& done = results[i]->done;
-    const double y = static_cast<double>(Words(done.text()).size());
-    const auto [a, l] = Lagging(done, y);
+    const double y = static_cast<double>(eval::SplitWords(done.text()).size());
+    const double x = SourceUnits(*config, done, Words((*data)[i].source).size());
+    const auto [a, l] = Lagging(done, x, y);
     al += a;
     laal += l;
     // Computation-aware AL: delays in ms against a source of |X| units at the pace given
@@ -311,7 +341,6 @@ int EvalCommand(int argc, char** argv) {
     const std::vector<double> ms(done.delays_ms().begin(), done.delays_ms().end());
     const double unit_ms = rate > 0 ? 1000.0 / rate : 0.0;
     if (!ms.empty()) {
-      const double x = static_cast<double>(done.source_units());
       const double gamma = std::max(1.0, y) / x;
       double sum = 0;
       for (size_t t = 0; t < ms.size(); ++t) sum += ms[t] - t / gamma * unit_ms;

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -17,7 +18,7 @@
 namespace gpeserve::engine {
 namespace {
 
-enum CommandKind { kOpen, kPush, kEnd, kCancel };
+enum CommandKind { kOpen, kPush, kEnd, kCancel, kAbort };
 
 // A session as the loop thread sees it.
 struct Live {
@@ -33,11 +34,33 @@ struct Live {
   int64_t last_served = -1;  // step
 };
 
+// Spaces the steps that hold a long read (a prompt of thousands of tokens, read in chunks) so
+// that the other sessions' steps are on average at most `slowdown` times as long as their own
+// steps: a step without a long read earns credit ((slowdown - 1) times its length), a step with
+// one spends what it costs beyond `slowdown` light steps, and long reads wait while the credit
+// is negative. Steps with nobody else in them are free: a long read alone runs at full speed.
+class LongReadPacer {
+ public:
+  explicit LongReadPacer(double slowdown) : slowdown_(slowdown) {}
+  bool Defer() const { return slowdown_ > 0 && credit_ < 0; }
+  void Observe(bool long_read, bool others, double seconds) {
+    if (slowdown_ <= 0 || !others) return;
+    if (!long_read) light_ = light_ == 0 ? seconds : 0.8 * light_ + 0.2 * seconds;
+    credit_ = std::min(credit_ + slowdown_ * light_ - seconds, slowdown_ * light_);
+  }
+
+ private:
+  const double slowdown_;
+  double light_ = 0;   // seconds of a recent step without a long read (moving average)
+  double credit_ = 0;  // seconds the others may still be slowed by
+};
+
 struct Command {
   int64_t id = 0;
   CommandKind kind = kPush;
   std::vector<std::string> words;
   std::unique_ptr<Live> live;  // kOpen
+  absl::Status status;         // kAbort
 };
 
 }  // namespace
@@ -57,6 +80,7 @@ struct Engine::Impl {
   EngineStats stats;          // guarded by mu: a snapshot after each step
 
   // ---- Loop thread only ----
+  std::unique_ptr<LongReadPacer> pacer;
   std::map<int64_t, std::unique_ptr<Live>> sessions;
   int64_t step = 0;
   int64_t orders = 0;
@@ -101,6 +125,7 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   Impl& impl = *engine->impl_;
   impl.config = config;
   impl.config.kv_blocks = blocks;
+  impl.pacer = std::make_unique<LongReadPacer>(config.long_read_slowdown);
   const kv::KvCacheConfig kv_config{.block_size = config.block_size,
                                     .num_blocks = static_cast<int>(blocks)};
   impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
@@ -149,8 +174,10 @@ EngineStats Engine::stats() const {
 absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig& config,
                                                             EventCallback on_event) {
   if (absl::Status s = sampler::Validate(config.sampling); !s.ok()) return s;
-  auto session = session::StreamSession::Create(model_->tokenizer(), model_->config().eos_token_ids,
-                                                config.options);
+  session::SessionOptions options = config.options;
+  options.max_positions = model_->config().max_position_embeddings;
+  auto session =
+      session::StreamSession::Create(model_->tokenizer(), model_->config().eos_token_ids, options);
   if (!session.ok()) return session.status();
   auto live = std::make_unique<Live>();
   live->session = *std::move(session);
@@ -181,7 +208,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   return std::shared_ptr<SessionHandle>(new SessionHandle(weak_from_this(), id));
 }
 
-void Engine::Post(int64_t id, int kind, std::vector<std::string> words) {
+void Engine::Post(int64_t id, int kind, std::vector<std::string> words, absl::Status status) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stop) return;
@@ -189,6 +216,7 @@ void Engine::Post(int64_t id, int kind, std::vector<std::string> words) {
     command.id = id;
     command.kind = static_cast<CommandKind>(kind);
     command.words = std::move(words);
+    command.status = std::move(status);
     impl_->inbox.push_back(std::move(command));
   }
   impl_->wake.notify_all();
@@ -203,6 +231,9 @@ void SessionHandle::EndSource() {
 void SessionHandle::Cancel() {
   if (auto engine = engine_.lock()) engine->Post(id_, kCancel, {});
 }
+void SessionHandle::Abort(absl::Status status) {
+  if (auto engine = engine_.lock()) engine->Post(id_, kAbort, {}, std::move(status));
+}
 
 // ---- The loop ---------------------------------------------------------------------------------
 
@@ -213,10 +244,11 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const
   event.session_id = live.id;
   event.reason = std::move(reason);
   event.output = s.output();
-  event.full_text = s.tokenizer().Decode(s.output(), {.skip_special_tokens = true});
-  event.delays = s.delays();
+  event.full_text = s.FinalText();
+  event.delays = s.FinalDelays();
   event.source_units = s.source_units();
   event.units_read = s.units_read();
+  event.source_units_unread = s.source_units() - s.units_read();
   event.counters = s.counters();
   event.queue_seconds = std::chrono::duration<double>(
                             live.first_run.value_or(std::chrono::steady_clock::now()) - live.opened)
@@ -280,6 +312,16 @@ bool Engine::Impl::Drain() {
       }
     } else if (command.kind == kEnd) {
       live.session->EndSource();
+    } else if (command.kind == kAbort) {
+      const session::StreamSession& s = *live.session;
+      SessionEvent error;
+      error.kind = SessionEvent::Kind::kError;
+      error.session_id = live.id;
+      error.status = absl::Status(
+          command.status.code(),
+          absl::StrCat(command.status.message(), " (", s.source_units() - s.units_read(), " of ",
+                       s.source_units(), " source units received were not read)"));
+      Finish(live.id, std::move(error));
     } else {
       Finish(live.id, DoneEvent(live, "cancelled"));
     }
@@ -320,6 +362,7 @@ void Engine::Impl::Loop(const model::Model& model) {
       c.admitted = live->admitted;
       c.write = c.runnable && s.NextSamples();
       c.remaining = c.runnable ? s.RemainingTokens() : 0;
+      c.min_tokens = c.runnable ? s.MinPieceTokens() : 1;
       c.admit_order = live->order;
       c.last_served = live->last_served;
       c.blocks_held = s.blocks_held();
@@ -330,8 +373,9 @@ void Engine::Impl::Loop(const model::Model& model) {
       Publish();
       continue;
     }
-    const scheduler::Plan plan =
-        scheduler::Schedule(config.scheduler, candidates, allocator->free_blocks(), bs);
+    const auto step_start = std::chrono::steady_clock::now();
+    const scheduler::Plan plan = scheduler::Schedule(
+        config.scheduler, candidates, allocator->free_blocks(), bs, pacer->Defer());
     for (int64_t id : plan.preempted) {
       Live& live = *sessions[id];
       if (live.session->blocks_held() + allocator->free_blocks() >= allocator->total_blocks()) {
@@ -414,6 +458,9 @@ void Engine::Impl::Loop(const model::Model& model) {
         Deliver(live, event);
       }
     }
+    pacer->Observe(plan.long_reads > 0, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start)
+                       .count());
     Publish();
   }
   // Shutting down: every open session gets its final event.

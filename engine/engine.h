@@ -39,6 +39,10 @@ struct EngineConfig {
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
   scheduler::SchedulerConfig scheduler;
   int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
+  // Pacing of long reads (scheduler: long_read_tokens): while other sessions have work, the
+  // steps that hold a piece of a long read are spaced so that the others' steps take on
+  // average at most this factor longer than without it (measured step times); 0: no pacing.
+  double long_read_slowdown = 2.0;
   // Called on the loop thread after each forward step with its token count (metrics); must be
   // cheap and must not call the engine.
   std::function<void(int64_t tokens)> on_step;
@@ -76,7 +80,9 @@ struct SessionEvent {
   std::vector<int32_t> output;
   std::string full_text;
   std::vector<int64_t> delays;
-  int64_t source_units = 0;
+  int64_t source_units = 0;  // source units received, the end segment included once received
+  // Received and never read: the session ended (end of sequence, a limit, cancelled) first.
+  int64_t source_units_unread = 0;
   session::SessionCounters counters;
   double queue_seconds = 0;  // from Open to the first step the session ran in (or to its end)
   // kError (and kDone with reason "cancelled" when cancelled by the engine).
@@ -112,6 +118,9 @@ class SessionHandle {
   // Ends the session: its blocks are freed at the next step and it gets a done event with
   // reason "cancelled".
   void Cancel();
+  // Ends the session early with an error event carrying `status` (not OK), its message
+  // followed by how many source units were received and never read, e.g. a server that drains.
+  void Abort(absl::Status status);
 
  private:
   friend class Engine;
@@ -128,7 +137,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   ~Engine();
 
   // Opens a session. InvalidArgument for a bad configuration (wait_k, sampling, profile
-  // strings); ResourceExhausted when max_sessions are open.
+  // strings, a phi or prompt beyond the model's positions); ResourceExhausted when
+  // max_sessions are open.
   absl::StatusOr<std::shared_ptr<SessionHandle>> Open(const SessionConfig& config,
                                                       EventCallback on_event);
 
@@ -144,7 +154,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct Impl;
   friend class SessionHandle;
   Engine() = default;
-  void Post(int64_t id, int kind, std::vector<std::string> words);
+  void Post(int64_t id, int kind, std::vector<std::string> words, absl::Status status = {});
 
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Impl> impl_;

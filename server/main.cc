@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -96,7 +97,10 @@ int Run(int argc, char** argv) {
   args.AddString("wait_k", "K", "default wait-k of a session", "3");
   args.AddString("max_new_tokens", "N", "default target tokens of a session", "256");
   args.AddString("max_new_tokens_limit", "N", "a session's max_new_tokens at most", "2048");
-  args.AddString("max_source_tokens", "N", "source tokens of one session at most", "8192");
+  args.AddString("max_source_tokens", "N",
+                 "tokens of one session's prompt and source words together at most", "8192");
+  args.AddString("max_instruction_bytes", "N",
+                 "bytes of a session's instruction (and custom prompt strings) at most", "8192");
   args.AddString("max_chunk_words", "N", "words in one SourceChunk at most", "1000");
   args.AddString("max_word_bytes", "N", "bytes in one source word at most", "1024");
   args.AddString("max_message_bytes", "N", "size of one request message at most", "4194304");
@@ -117,7 +121,8 @@ int Run(int argc, char** argv) {
     return true;
   };
   int64_t threads, kv_memory, kv_blocks, block_size, max_batch, max_per_step, max_sessions, wait_k,
-      max_new, max_new_limit, max_source, max_chunk, max_word, max_message, max_queued, drain;
+      max_new, max_new_limit, max_source, max_instruction, max_chunk, max_word, max_message,
+      max_queued, drain;
   if (!number("threads", 0, &threads) || !number("kv_cache_memory", 1, &kv_memory) ||
       !number("kv_blocks", 0, &kv_blocks) || !number("block_size", 1, &block_size) ||
       !number("max_batch_tokens", 1, &max_batch) ||
@@ -125,7 +130,9 @@ int Run(int argc, char** argv) {
       !number("max_sessions", 1, &max_sessions) || !number("wait_k", 1, &wait_k) ||
       !number("max_new_tokens", 1, &max_new) ||
       !number("max_new_tokens_limit", 1, &max_new_limit) ||
-      !number("max_source_tokens", 1, &max_source) || !number("max_chunk_words", 1, &max_chunk) ||
+      !number("max_source_tokens", 1, &max_source) ||
+      !number("max_instruction_bytes", 0, &max_instruction) ||
+      !number("max_chunk_words", 1, &max_chunk) ||
       !number("max_word_bytes", 1, &max_word) || !number("max_message_bytes", 1, &max_message) ||
       !number("max_queued_events", 1, &max_queued) || !number("drain_seconds", 0, &drain)) {
     return 2;
@@ -147,6 +154,8 @@ int Run(int argc, char** argv) {
   service_config.default_max_new_tokens = static_cast<int>(max_new);
   service_config.max_new_tokens_limit = static_cast<int>(max_new_limit);
   service_config.max_source_tokens = max_source;
+  service_config.max_instruction_bytes = static_cast<int>(max_instruction);
+  service_config.max_message_bytes = max_message;
   service_config.max_chunk_words = static_cast<int>(max_chunk);
   service_config.max_word_bytes = static_cast<int>(max_word);
   service_config.max_queued_events = static_cast<int>(max_queued);
@@ -232,7 +241,10 @@ int Run(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(*args.Get("listen"), credentials, &port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  // The service refuses a message over --max_message_bytes with a message naming the flag;
+  // gRPC's transport takes up to 4x that (its own error beyond).
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(std::numeric_limits<int>::max(), 4 * max_message)));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -259,8 +271,10 @@ int Run(int argc, char** argv) {
   }
   const int64_t left = service.active_calls();
   if (left > 0) {
-    std::cout << "gpeserve: cancelling " << left << " sessions still running" << std::endl;
-    service.CancelAll();
+    std::cout << "gpeserve: ending " << left << " sessions still running" << std::endl;
+    service.AbortAll(absl::UnavailableError(
+        absl::StrCat("the server shut down before the session ended (its --drain_seconds of ",
+                     drain, " s ran out); open a new session on another replica")));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (*engine)->Shutdown();

@@ -58,6 +58,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
       c->set_shared_tokens(e.counters.shared_tokens);
       c->set_preemptions(e.counters.preemptions);
       done->set_finish_reason(e.reason);
+      done->set_source_units_unread(e.source_units_unread);
       queue_.push_back(std::move(response));
       end_ = grpc::Status::OK;
       break;

@@ -34,6 +34,22 @@ std::vector<std::string> SplitWords(const std::string& text, std::string* partia
   return words;
 }
 
+absl::StatusOr<std::string> TakeWholeCharacters(std::string_view text, std::string* carry) {
+  std::string all = std::move(*carry);
+  carry->clear();
+  all.append(text);
+  const size_t whole = tokenizer::CompleteUtf8Prefix(all);
+  const std::string_view rest = std::string_view(all).substr(whole);
+  if (!rest.empty()) {
+    if (rest.size() > 3 || !tokenizer::EndsWithIncompleteUtf8(rest)) {
+      return absl::InvalidArgumentError("the chunk's text is not valid UTF-8");
+    }
+    *carry = std::string(rest);
+    all.resize(whole);
+  }
+  return all;
+}
+
 // ---- Calls and sessions -------------------------------------------------------------------------
 
 struct Service::CallRegistry {
@@ -74,7 +90,18 @@ absl::Status CheckWord(const std::string& word, int max_bytes) {
   return absl::OkStatus();
 }
 
-// Registers a call for CancelAll and active_calls.
+// gRPC's own transport limit is set above max_message_bytes (server/main.cc), so that a message
+// over the limit gets this answer, which names the flag, rather than gRPC's "Received message
+// larger than max".
+grpc::Status CheckMessageSize(size_t bytes, const ServiceConfig& config) {
+  if (static_cast<int64_t>(bytes) <= config.max_message_bytes) return grpc::Status::OK;
+  return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("a request message of ", bytes, " bytes is over this server's limit of ",
+                       config.max_message_bytes,
+                       " bytes (gpeserve --max_message_bytes); send the source in smaller chunks")};
+}
+
+// Registers a call for AbortAll and active_calls.
 class CallScope {
  public:
   explicit CallScope(std::shared_ptr<Service::CallRegistry> registry)
@@ -154,11 +181,18 @@ class StreamReactor final
         pipe_->Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "the request stream ended before a SessionConfig"));
       } else if (!source_ended_) {
+        if (grpc::Status s = FlushText(); !s.ok()) {
+          scope_.Cancel();
+          pipe_->Fail(s);
+          return;
+        }
         EndSource();
       }
       return;
     }
-    if (grpc::Status s = Handle(request_); !s.ok()) {
+    grpc::Status s = CheckMessageSize(request_.ByteSizeLong(), service_.config());
+    if (s.ok()) s = Handle(request_);
+    if (!s.ok()) {
       scope_.Cancel();
       pipe_->Fail(s);
       return;
@@ -197,13 +231,14 @@ class StreamReactor final
         }
         std::vector<std::string> words;
         if (chunk.words_size() > 0) {
+          if (grpc::Status s = FlushText(); !s.ok()) return s;
           words = SplitWords("", &partial_, /*flush=*/true);  // a word cut in earlier text
           words.insert(words.end(), chunk.words().begin(), chunk.words().end());
         } else {
-          if (!tokenizer::ValidateUtf8(chunk.text()).ok()) {
-            return {grpc::StatusCode::INVALID_ARGUMENT, "the chunk's text is not valid UTF-8"};
-          }
-          words = SplitWords(chunk.text(), &partial_, /*flush=*/false);
+          // A character cut across chunks waits for its other bytes, as a cut word does.
+          auto text = TakeWholeCharacters(chunk.text(), &carry_);
+          if (!text.ok()) return ToGrpc(text.status());
+          words = SplitWords(*text, &partial_, /*flush=*/false);
           if (static_cast<int>(partial_.size()) > config.max_word_bytes) {
             return ToGrpc(CheckWord(partial_, config.max_word_bytes));
           }
@@ -225,12 +260,20 @@ class StreamReactor final
                   "the first request of a stream must be a SessionConfig"};
         }
         if (source_ended_) return {grpc::StatusCode::FAILED_PRECONDITION, "EndOfSource twice"};
+        if (grpc::Status s = FlushText(); !s.ok()) return s;
         EndSource();
         return grpc::Status::OK;
       case StreamRequest::KIND_NOT_SET:
         break;
     }
     return {grpc::StatusCode::INVALID_ARGUMENT, "an empty StreamRequest: set config, chunk or end"};
+  }
+
+  // The text so far must not end inside a character when words or the end follow.
+  grpc::Status FlushText() const {
+    if (carry_.empty()) return grpc::Status::OK;
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "the text ended inside a UTF-8 character (its remaining bytes never came)"};
   }
 
   void Push(std::vector<std::string> words) {
@@ -249,7 +292,8 @@ class StreamReactor final
   Service& service_;
   StreamRequest request_;
   std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
-  std::string partial_;                            // a word cut at the end of the last text chunk
+  std::string partial_;  // a word cut at the end of the last text chunk
+  std::string carry_;    // a UTF-8 character cut there (its first bytes)
   bool source_ended_ = false;
 };
 
@@ -265,11 +309,18 @@ class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<Strea
 
  private:
   grpc::Status Start(Service& service, const v1::GenerateRequest& request) {
+    if (grpc::Status s = CheckMessageSize(request.ByteSizeLong(), service.config()); !s.ok()) {
+      return s;
+    }
     if (!tokenizer::ValidateUtf8(request.text()).ok()) {
       return {grpc::StatusCode::INVALID_ARGUMENT, "the text is not valid UTF-8"};
     }
     std::string partial;
     std::vector<std::string> words = SplitWords(request.text(), &partial, /*flush=*/true);
+    if (words.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "the text is empty: Generate needs the whole source (its words)"};
+    }
     for (const std::string& word : words) {
       if (absl::Status s = CheckWord(word, service.config().max_word_bytes); !s.ok()) {
         return ToGrpc(s);
@@ -335,13 +386,13 @@ grpc::ServerUnaryReactor* Service::ListModels(grpc::CallbackServerContext* conte
 
 void Service::StopAccepting() { accepting_ = false; }
 
-void Service::CancelAll() {
+void Service::AbortAll(const absl::Status& status) {
   std::vector<std::shared_ptr<engine::SessionHandle>> handles;
   {
     std::lock_guard<std::mutex> lock(registry_->mu);
     for (const auto& [call, handle] : registry_->open) handles.push_back(handle);
   }
-  for (const auto& handle : handles) handle->Cancel();
+  for (const auto& handle : handles) handle->Abort(status);
 }
 
 int64_t Service::active_calls() const {
@@ -390,6 +441,18 @@ absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionC
     }
     options.profile = it->second;
   }
+  int64_t prompt_bytes = static_cast<int64_t>(config.instruction().size());
+  if (config.has_prompt()) {
+    const v1::Prompt& p = config.prompt();
+    prompt_bytes += static_cast<int64_t>(p.instruct().size() + p.user().size() +
+                                         p.assistant().size() + p.end().size());
+  }
+  if (prompt_bytes > config_.max_instruction_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the instruction", config.has_prompt() ? " and prompt strings have " : " has ",
+        prompt_bytes, " bytes; this server allows at most ", config_.max_instruction_bytes,
+        " (gpeserve --max_instruction_bytes)"));
+  }
   if (config.has_instruction()) options.profile.instruction = config.instruction();
   if (config.has_phi()) options.profile.phi = config.phi();
 
@@ -427,6 +490,23 @@ absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionC
           absl::StrCat("unknown paradigm ", static_cast<int>(config.paradigm())));
   }
   if (batch) options.paradigm = session::Paradigm::kBatch;
+  switch (config.compat()) {
+    case v1::SessionConfig::COMPAT_UNSPECIFIED:
+    case v1::SessionConfig::COMPAT_NONE:
+      options.policy.compat = policy::Compat::kNone;
+      break;
+    case v1::SessionConfig::COMPAT_REFERENCE:
+      if (options.paradigm != session::Paradigm::kGpe) {
+        return absl::InvalidArgumentError(
+            batch ? "compat REFERENCE applies to Stream sessions, not to Generate"
+                  : "compat REFERENCE applies to the gpe paradigm only");
+      }
+      options.policy.compat = policy::Compat::kReference;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown compat ", static_cast<int>(config.compat())));
+  }
   const uint32_t max_new =
       config.max_new_tokens() == 0 ? config_.default_max_new_tokens : config.max_new_tokens();
   if (max_new > static_cast<uint32_t>(config_.max_new_tokens_limit)) {

@@ -29,7 +29,9 @@ struct ServiceConfig {
   int default_wait_k = 3;
   int default_max_new_tokens = 256;
   int max_new_tokens_limit = 2048;   // a session's max_new_tokens at most
-  int64_t max_source_tokens = 8192;  // tokens of source words per session
+  int64_t max_source_tokens = 8192;  // tokens of the prompt and source words per session
+  int max_instruction_bytes = 8192;  // bytes of a session's instruction and prompt strings
+  int64_t max_message_bytes = 4 << 20;  // bytes of one request message
   int max_chunk_words = 1000;        // words in one SourceChunk
   int max_word_bytes = 1024;         // bytes in one word
   int max_queued_events = 1024;      // per session; beyond: RESOURCE_EXHAUSTED
@@ -51,8 +53,9 @@ class Service final : public gpeserve::v1::Gpeserve::CallbackService {
 
   // New sessions are refused with UNAVAILABLE from now on; running ones go on.
   void StopAccepting();
-  // Cancels every running session (they end with reason "cancelled").
-  void CancelAll();
+  // Ends every running session early with `status` (e.g. UNAVAILABLE when the server drains);
+  // each one's message says how many source units it left unread.
+  void AbortAll(const absl::Status& status);
   // Calls whose reactor has not finished yet.
   int64_t active_calls() const;
 
@@ -83,5 +86,11 @@ class Service final : public gpeserve::v1::Gpeserve::CallbackService {
 // whitespace is held in *partial (prefixed by what *partial held before) and not returned;
 // `flush` returns it too.
 std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush);
+
+// Text chunks may cut a UTF-8 character: appends `text` to *carry (the incomplete character the
+// previous chunk ended with) and returns what ends on a character boundary, leaving a trailing
+// incomplete character (at most 3 bytes) in *carry. InvalidArgument when the bytes are not
+// UTF-8 (an incomplete character that cannot be completed counts as not UTF-8).
+absl::StatusOr<std::string> TakeWholeCharacters(std::string_view text, std::string* carry);
 
 }  // namespace gpeserve::server

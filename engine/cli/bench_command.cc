@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cli/args.h"
 #include "engine/cli/bench_util.h"
@@ -38,13 +39,14 @@ struct Row {
   double itl_p50 = 0, itl_p99 = 0;    // ms between consecutive tokens of a session
   double tokens_per_step = 0;
   double sessions_per_step = 0;
+  std::vector<double> latencies;  // ms from Open to the final event, per session
 };
 
 // Runs `n` sessions at once on `engine` and measures them.
 absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& config,
                            const std::vector<std::string>& words, int n) {
   struct Trace {
-    Clock::time_point open;
+    Clock::time_point open, end;
     std::vector<Clock::time_point> tokens;  // arrival of each token (loop thread)
     int64_t source_tokens = 0;
     int64_t output_tokens = 0;
@@ -66,6 +68,7 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
         t.tokens.insert(t.tokens.end(), e.ids.size(), Clock::now());
         return true;
       }
+      t.end = Clock::now();
       t.source_tokens = e.counters.source_tokens;
       t.output_tokens = static_cast<int64_t>(e.output.size());
       t.status = e.kind == engine::SessionEvent::Kind::kError ? e.status : absl::OkStatus();
@@ -96,6 +99,7 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
     if (!t.status.ok()) return t.status;
     row.source_tokens += t.source_tokens;
     row.target_tokens += t.output_tokens;
+    row.latencies.push_back(Ms(t.end - t.open));
     if (t.tokens.empty()) continue;
     ttft.push_back(Ms(t.tokens.front() - t.open));
     for (size_t j = 1; j < t.tokens.size(); ++j) itl.push_back(Ms(t.tokens[j] - t.tokens[j - 1]));
@@ -112,6 +116,119 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
   return row;
 }
 
+// One session whose prompt (the instruction) has at least `tokens` tokens, reading it while the
+// short sessions come and go: its read is done at its first token.
+class LongPrompt {
+ public:
+  LongPrompt(engine::Engine& eng, engine::SessionConfig config, int64_t tokens) : eng_(eng) {
+    const tokenizer::Tokenizer& tok = *eng.model().tokenizer();
+    std::string instruction;
+    for (int words = 256;; words *= 2) {
+      instruction.clear();
+      for (const std::string& w : BenchSource(words)) absl::StrAppend(&instruction, w, " ");
+      config.options.profile.instruction = instruction;
+      if (static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size()) >= tokens) {
+        break;
+      }
+    }
+    config.options.policy.max_new_tokens = 2;
+    config_ = config;
+    prompt_tokens_ = static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size());
+  }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+
+  // Opens the session; Read() then tells whether its prompt has been read.
+  absl::Status Start() {
+    read_ = done_ = false;
+    start_ = Clock::now();
+    auto handle = eng_.Open(config_, [this](const engine::SessionEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!read_) read_at_ = Clock::now();
+      read_ = true;
+      if (e.kind != engine::SessionEvent::Kind::kTokens) done_ = true;
+      cv_.notify_all();
+      return true;
+    });
+    if (!handle.ok()) return handle.status();
+    (*handle)->Push({"hello", "world"});
+    (*handle)->EndSource();
+    return absl::OkStatus();
+  }
+  bool Read() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return read_;
+  }
+  // Waits for the session's end; returns ms from Start to the end of its read.
+  double Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    return Ms(read_at_ - start_);
+  }
+
+ private:
+  engine::Engine& eng_;
+  engine::SessionConfig config_;
+  int64_t prompt_tokens_ = 0;
+  Clock::time_point start_, read_at_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool read_ = false, done_ = false;  // guarded by mu_
+};
+
+// --long_prompt: the latency of short sessions alone and while one long prompt is being read.
+int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
+                      const std::vector<std::string>& source, const std::vector<int>& counts,
+                      int64_t long_tokens, int rounds) {
+  LongPrompt long_prompt(eng, config, long_tokens);
+  if (absl::Status s = long_prompt.Start(); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n";
+    return 1;
+  }
+  const double alone_ms = long_prompt.Wait();
+  std::cout << absl::StrFormat(
+      "long prompt: %d tokens, read in %.0f ms alone (%.0f tokens/s)\n",
+      long_prompt.prompt_tokens(), alone_ms, long_prompt.prompt_tokens() / (alone_ms / 1e3));
+  std::cout << absl::StrFormat("%8s %8s %11s %11s %8s %11s %11s %11s %10s\n", "sessions", "rounds",
+                               "p50 alone", "p50 loaded", "ratio", "p90 alone", "p90 loaded",
+                               "TTFT loaded", "long read");
+  for (int n : counts) {
+    std::vector<double> alone, loaded, ttft;
+    for (int r = 0; r < rounds; ++r) {
+      auto row = RunRow(eng, config, source, n);
+      if (!row.ok()) {
+        std::cerr << "gpe: " << row.status().message() << "\n";
+        return 1;
+      }
+      alone.insert(alone.end(), row->latencies.begin(), row->latencies.end());
+    }
+    if (absl::Status s = long_prompt.Start(); !s.ok()) {
+      std::cerr << "gpe: " << s.message() << "\n";
+      return 1;
+    }
+    int loaded_rounds = 0;
+    while (loaded_rounds < rounds) {
+      auto row = RunRow(eng, config, source, n);
+      if (!row.ok()) {
+        std::cerr << "gpe: " << row.status().message() << "\n";
+        return 1;
+      }
+      if (long_prompt.Read()) break;  // this round ended after the read: it does not count
+      ++loaded_rounds;
+      loaded.insert(loaded.end(), row->latencies.begin(), row->latencies.end());
+      ttft.push_back(row->ttft_p50);
+    }
+    const double read_ms = long_prompt.Wait();
+    const double p50_alone = eval::Percentile(alone, 50), p50_loaded = eval::Percentile(loaded, 50);
+    std::cout << absl::StrFormat(
+        "%8d %8d %9.1fms %9.1fms %7.2fx %9.1fms %9.1fms %9.1fms %8.0fms\n", n, loaded_rounds,
+        p50_alone, p50_loaded, p50_alone > 0 ? p50_loaded / p50_alone : 0.0,
+        eval::Percentile(alone, 90), eval::Percentile(loaded, 90), eval::Percentile(ttft, 50),
+        read_ms);
+    std::cout.flush();
+  }
+  return 0;
+}
+
 }  // namespace
 
 int BenchCommand(int argc, char** argv, int first) {
@@ -121,8 +238,13 @@ int BenchCommand(int argc, char** argv, int first) {
             "latency (p50, p99), average tokens and sessions per forward step, and each row's\n"
             "target throughput relative to the first row. Each session gets --words source\n"
             "words at once (wait-k reads them as the policy asks) and writes --target_tokens\n"
-            "tokens, greedy, end-of-sequence ignored.");
-  args.AddString("preset", "NAME", "make a random-weight model of this preset", "qwen2.5-0.5b");
+            "tokens, greedy, end-of-sequence ignored.\n"
+            "With --long_prompt N: for each count, the session latency (Open to end) of rounds\n"
+            "of short sessions alone, then while one session reads a prompt of N tokens (only\n"
+            "rounds that end before that read does count), and the ratio of the two medians.");
+  args.AddString("preset", "NAME",
+                 "make a random-weight model of this preset ('default': the built-in model)",
+                 "qwen2.5-0.5b");
   args.AddString("model", "DIR", "an existing model folder instead of --preset");
   args.AddString("sessions", "N,N", "concurrent sessions per row", "1,8,32,64");
   args.AddString("words", "N", "source words per session", "40");
@@ -133,10 +255,16 @@ int BenchCommand(int argc, char** argv, int first) {
   args.AddString("block_size", "N", "tokens per KV block", "16");
   args.AddString("max_batch_tokens", "N", "tokens in one forward pass", "512");
   args.AddString("max_sessions_per_step", "N", "sessions in one forward pass", "64");
+  args.AddString("long_prompt", "N", "tokens of the long prompt read meanwhile (0: off)", "0");
+  args.AddString("rounds", "N", "--long_prompt: rounds of short sessions per count", "5");
+  args.AddString("long_read_slowdown", "F",
+                 "engine: pace long reads to slow the others' steps at most F times (0: off)",
+                 "2");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   std::vector<int> counts;
   int words = 0, wait_k = 0, target = 0, threads = 0, block_size = 0, max_tokens = 0,
-      max_per_step = 0;
+      max_per_step = 0, long_prompt = 0, rounds = 0;
+  double slowdown = 0;
   if (!ParsePositiveList(*args.Get("sessions"), &counts) ||
       !absl::SimpleAtoi(*args.Get("words"), &words) || words < 1 ||
       !absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
@@ -145,10 +273,14 @@ int BenchCommand(int argc, char** argv, int first) {
       !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
       !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
       !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_tokens) || max_tokens < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1) {
+      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
+      !absl::SimpleAtoi(*args.Get("long_prompt"), &long_prompt) || long_prompt < 0 ||
+      !absl::SimpleAtoi(*args.Get("rounds"), &rounds) || rounds < 1 ||
+      !absl::SimpleAtod(*args.Get("long_read_slowdown"), &slowdown) || slowdown < 0) {
     std::cerr << "gpe: --sessions takes positive whole numbers separated by commas; --words, "
                  "--wait_k, --target_tokens, --block_size, --max_batch_tokens, "
-                 "--max_sessions_per_step positive whole numbers; --threads a whole number\n";
+                 "--max_sessions_per_step, --rounds positive whole numbers; --threads, "
+                 "--long_prompt whole numbers; --long_read_slowdown a number >= 0\n";
     return 2;
   }
   if (target == 0) target = 2 * words;
@@ -173,10 +305,11 @@ int BenchCommand(int argc, char** argv, int first) {
   const int64_t per_session = (64 + 4 * words + target) / block_size + 6;
   engine::EngineConfig engine_config;
   engine_config.block_size = block_size;
-  engine_config.kv_blocks = most * per_session + 16;
+  engine_config.kv_blocks = most * per_session + 16 + 2 * long_prompt / block_size;
   engine_config.scheduler.max_batch_tokens = max_tokens;
   engine_config.scheduler.max_sessions_per_step = max_per_step;
-  engine_config.max_sessions = most;
+  engine_config.max_sessions = most + 1;
+  engine_config.long_read_slowdown = slowdown;
   auto eng = engine::Engine::Create(m, engine_config);
   if (!eng.ok()) {
     std::cerr << "gpe: " << eng.status().message() << "\n";
@@ -185,14 +318,19 @@ int BenchCommand(int argc, char** argv, int first) {
   const model::ModelConfig& c = m->config();
   std::cout << absl::StrFormat(
       "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
-      "session; max_batch_tokens %d\n",
+      "session; max_batch_tokens %d; CPU %s\n",
       c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
       *args.Get("dtype"),
       threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
-      target, max_tokens);
+      target, max_tokens, CpuName());
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;
+  }
+  if (long_prompt > 0) {
+    const int code = RunLongPromptRows(**eng, config, source, counts, long_prompt, rounds);
+    (*eng)->Shutdown();
+    return code;
   }
   std::cout << absl::StrFormat("%8s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s\n", "sessions",
                                "tgt tok/s", "src tok/s", "TTFT p50", "TTFT p99", "ITL p50",

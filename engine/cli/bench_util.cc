@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "engine/model/default_model.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/bpe_trainer.h"
@@ -53,6 +55,7 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const std::string& dtype, int threads) {
   if (model_dir) return model::Model::Load(*model_dir, {.dtype = dtype, .threads = threads});
+  if (preset == "default") return model::LoadDefaultModel({.dtype = dtype, .threads = threads});
   const std::filesystem::path temp =
       std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-", ::getpid());
   model::MakeModelOptions o;
@@ -67,6 +70,26 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
              : absl::StatusOr<std::shared_ptr<const model::Model>>(s);
   std::filesystem::remove_all(temp);
   return loaded;
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU", flags;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key(absl::StripAsciiWhitespace(line.substr(0, colon)));
+    const std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (key == "model name" && name == "unknown CPU") name = value;
+    if (key == "flags" && flags.empty()) flags = " " + value + " ";
+  }
+  std::string features;
+  for (const char* f : {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}) {
+    if (flags.find(absl::StrCat(" ", f, " ")) != std::string::npos) {
+      absl::StrAppend(&features, features.empty() ? "" : " ", f);
+    }
+  }
+  return absl::StrCat(name, " (", features.empty() ? "no AVX2" : features, ")");
 }
 
 bool ParsePositiveList(const std::string& text, std::vector<int>* values) {

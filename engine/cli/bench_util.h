@@ -22,13 +22,18 @@ const std::vector<std::string>& BenchWords();
 // `count` source words: BenchWords() repeated.
 std::vector<std::string> BenchSource(int count);
 
-// Loads `model_dir`, or (when it is empty) writes a random `preset` model whose tokenizer is a
+// Loads `model_dir`, or the built-in default model when `preset` is "default", or writes a
+// random `preset` model whose tokenizer is a
 // 600-token byte-level BPE trained on BenchWords() to a temporary folder, loads it and removes
 // the folder (the mapping stays valid). The model keeps the preset's full vocabulary (its LM
 // head costs what the real checkpoint's does); ids beyond the small tokenizer decode to nothing.
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const std::string& dtype, int threads);
+
+// The CPU's model name and its vector features that matter here (from /proc/cpuinfo), to print
+// next to every benchmark figure.
+std::string CpuName();
 
 // Parses "1,8,32" into positive whole numbers.
 bool ParsePositiveList(const std::string& text, std::vector<int>* values);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
+#include "engine/eval/words.h"
 #include "engine/model/default_model.h"
 #include "engine/session/runner.h"
 #include "nlohmann/json.hpp"
@@ -159,6 +161,10 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("wait_k", "K", "source units read before the first write", "3");
   args.AddString("split", "word|token", "source unit", "word");
   args.AddString("phi", "N", "first target position id (default: the profile's)");
+  args.AddString("compat", "none|reference",
+                 "reference: the reference evaluation code's stop and delay rules and output "
+                 "text, token for token (docs/GPE.md 8)",
+                 "none");
   args.AddString("max_new_tokens", "N", "target tokens per sentence at most", "256");
   args.AddString("limit", "N", "evaluate the first N items only");
   args.AddString("out", "FILE", "write one JSON line per sentence");
@@ -203,6 +209,12 @@ int EvalCommand(int argc, char** argv, int first) {
   }
   const std::string split = *args.Get("split");
   if (split != "word" && split != "token") return Fail("--split takes word or token", 2);
+  const std::optional<policy::Compat> compat = policy::ParseCompat(*args.Get("compat"));
+  if (!compat) return Fail("--compat takes none or reference", 2);
+  if (*compat == policy::Compat::kReference &&
+      (mode == "batch" || *parsed_paradigm != session::Paradigm::kGpe)) {
+    return Fail("--compat reference applies to --mode streaming with --paradigm gpe", 2);
+  }
 
   auto profile = policy::LoadProfile(*args.Get("profile"));
   if (!profile.ok()) return Fail(std::string(profile.status().message()));
@@ -213,6 +225,7 @@ int EvalCommand(int argc, char** argv, int first) {
   options.policy.wait_k = wait_k;
   options.policy.max_new_tokens = max_new;
   options.policy.split = split == "token" ? policy::SplitMode::kToken : policy::SplitMode::kWord;
+  options.policy.compat = *compat;
   options.paradigm = mode == "batch" ? session::Paradigm::kBatch : *parsed_paradigm;
 
   auto data =
@@ -270,11 +283,9 @@ int EvalCommand(int argc, char** argv, int first) {
   for (size_t i = 0; i < count; ++i) {
     const ItemResult& result = results[i];
     const std::string& reference = (*data)[i].reference;
-    const std::vector<std::string> target_words =
-        absl::StrSplit(result.text, ' ', absl::SkipWhitespace());
     const std::vector<double> delays(result.delays.begin(), result.delays.end());
     const double x = static_cast<double>(result.source_units);
-    const double y = static_cast<double>(target_words.size());
+    const double y = static_cast<double>(eval::SplitWords(result.text).size());
     al_sum += eval::AverageLagging(delays, x, y);
     laal_sum += eval::LengthAdaptiveAverageLagging(delays, x, y);
     source_tokens += result.counters.source_tokens;

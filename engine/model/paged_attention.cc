@@ -11,8 +11,9 @@ PagedAttention::PagedAttention(kv::KvPool& pool, const std::vector<AttentionSegm
     std::vector<int64_t> keys = s.context_slots;
     keys.insert(keys.end(), s.new_slots.begin(), s.new_slots.end());
     const int64_t context = static_cast<int64_t>(s.context_slots.size());
-    torch::Tensor allowed = torch::cat(
-        {torch::ones({s.length, context}, torch::kBool), DenseAttention::CausalMask(s.length)}, 1);
+    torch::Tensor own = DenseAttention::CausalMask(s.length);
+    if (s.noncausal > 0) own.slice(0, 0, s.noncausal).slice(1, 0, s.noncausal).fill_(true);
+    torch::Tensor allowed = torch::cat({torch::ones({s.length, context}, torch::kBool), own}, 1);
     segments_.push_back({s.begin, s.length, torch::tensor(keys, on_device).to(pool.device()),
                          allowed.to(pool.device())});
   }

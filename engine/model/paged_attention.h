@@ -1,7 +1,8 @@
 // Attention over the paged KV cache: the AttentionContext the engine uses. A forward batch is
 // a sequence of segments (one session's read chunk or write tokens each); every token of a
 // segment sees the segment's context (cached keys chosen by the caller, e.g. the source group
-// for a read, source then target group for a write) and the segment's own tokens causally.
+// for a read, source then target group for a write) and the segment's own tokens causally (or
+// a leading block of them in both directions).
 // The new K/V are written into the pool at the caller's slots before attention, so a later
 // forward sees them through the block tables.
 //
@@ -23,6 +24,8 @@ struct AttentionSegment {
   int64_t length = 0;                  // rows
   std::vector<int64_t> context_slots;  // cached keys every row sees, in key order
   std::vector<int64_t> new_slots;      // where the rows' K/V go (length entries)
+  int64_t noncausal = 0;               // the first rows see each other both ways (a block
+                                       // fed without a mask); the rest causally
 };
 
 class PagedAttention : public AttentionContext {

@@ -16,6 +16,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -24,14 +25,24 @@ namespace gpeserve::policy {
 
 enum class SplitMode { kWord, kToken };
 
+// Which stop and delay rules a session follows: the method as docs/GPE.md sections 3-4 state it,
+// or the reference evaluation code's own behaviour, exactly (docs/GPE.md section 8), for users
+// who compare served outputs, AL and LAAL with the numbers that code printed.
+enum class Compat { kNone, kReference };
+// "none" or "reference".
+std::optional<Compat> ParseCompat(std::string_view name);
+const char* CompatName(Compat compat);
+
 struct PolicyConfig {
   int wait_k = 3;                      // source units read before the first write
   SplitMode split = SplitMode::kWord;  // what a source unit is (the caller splits accordingly)
-  int max_write_tokens = 50;           // stop rule d: tokens generated in one write
+  int max_write_tokens = 50;           // stop rule d: tokens generated in one write (compat
+                                       // reference: since the last read)
   int max_new_tokens = 1024;           // target tokens in all
-  int max_lag_words = 100;             // once the source is complete: target words allowed
-                                       // beyond the number of source words
+  int max_lag_words = 100;             // completed target words allowed beyond the source
+                                       // units read (the end segment counted)
   bool ignore_eos = false;             // never stop at end-of-sequence (benchmarks)
+  Compat compat = Compat::kNone;       // the reference code's rules (docs/GPE.md 8)
 };
 
 // Why a session ended.
@@ -64,6 +75,7 @@ class WaitKPolicy {
     Step step = Step::kWait;
     int64_t unit = -1;          // kRead
     std::vector<int32_t> feed;  // kWrite
+    bool header = false;        // kWrite: `feed` is the target's header (the first write)
   };
   Action Next() const;
 
@@ -81,20 +93,32 @@ class WaitKPolicy {
 
   // ---- Results ----
   const std::vector<int32_t>& output() const { return output_; }  // generated tokens kept
-  const std::vector<int64_t>& delays() const { return delays_; }  // per target word
+  // Per target word (compat reference: per stop of a write, as that code records them).
+  const std::vector<int64_t>& delays() const { return delays_; }
   DoneReason done_reason() const { return done_; }
   bool done() const { return done_ != DoneReason::kNone; }
   // Source units read (words or tokens, plus 1 once the end segment is read; the prompt prefix
   // does not count).
   int64_t units_read() const { return read_ > 0 ? read_ - 1 : 0; }
   bool source_complete() const { return ended_ && read_ == available_ + 2; }
+  const PolicyConfig& config() const { return config_; }
 
  private:
+  // OnToken under the method's rules (docs/GPE.md 4) and under the reference code's (8).
+  TokenOutcome OnTokenMethod(int32_t token);
+  TokenOutcome OnTokenReference(int32_t token);
   bool IsEos(int32_t token) const;
-  bool IsTerminatingPunctuation(int32_t token) const;
-  // Stop rule a: the text of this write's tokens has a space after its first character.
+  // The token's text contains the profile's end string (leading and trailing whitespace of
+  // the end string aside): an end-of-sequence token that records a delay.
+  bool EndsTurn(int32_t token) const;
+  // Stop rule b. `exact`: the token's text is the mark itself (the reference code), else the
+  // mark with whitespace around it.
+  bool IsTerminatingPunctuation(int32_t token, bool exact) const;
+  // Stop rule a: the text of write_tokens_ has a space after its first character.
   bool StartsNewWord() const;
   void EndWrite(bool word_complete);
+  // The delay a word completed now records: units read (compat reference: at least wait_k).
+  int64_t Delay() const;
 
   // ---- Constant after construction ----
   PolicyConfig config_;
@@ -109,7 +133,9 @@ class WaitKPolicy {
   bool writing_ = false;               // a write is in progress (else the next step is a read)
   bool started_ = false;               // the first write has begun
   std::vector<int32_t> pending_;       // tokens the next write feeds
-  std::vector<int32_t> write_tokens_;  // tokens generated in the current write
+  std::vector<int32_t> write_tokens_;  // tokens generated in the current write (compat
+                                       // reference: since the last discard by rule a)
+  int64_t since_read_ = 0;             // tokens generated since the last read
   std::vector<int32_t> output_;
   std::vector<int64_t> delays_;
   DoneReason done_ = DoneReason::kNone;

@@ -10,12 +10,17 @@ int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size) {
   return beyond <= 0 ? 0 : (beyond + block_size - 1) / block_size;
 }
 
+bool IsLongRead(const SchedulerConfig& config, const Candidate& c) {
+  return c.runnable && !c.write && c.remaining > config.long_read_tokens;
+}
+
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size) {
+              int64_t free_blocks, int block_size, bool defer_long_reads) {
   std::vector<const Candidate*> order;
   for (const Candidate& c : candidates) order.push_back(&c);
-  auto rank = [](const Candidate* c) {
-    // Running writes, running reads, then waiting sessions.
+  auto rank = [&](const Candidate* c) {
+    // Running writes, running reads, waiting sessions, then long reads.
+    if (IsLongRead(config, *c)) return 3;
     return !c->admitted ? 2 : c->write ? 0 : 1;
   };
   std::stable_sort(order.begin(), order.end(), [&](const Candidate* a, const Candidate* b) {
@@ -31,8 +36,18 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
   for (const Candidate* c : order) {
     if (static_cast<int>(plan.pieces.size()) >= config.max_sessions_per_step) break;
     if (!c->runnable || preempted.contains(c->id)) continue;
+    const bool long_read = IsLongRead(config, *c);
+    if (long_read && defer_long_reads && plan.pieces.size() > static_cast<size_t>(plan.long_reads)) {
+      continue;
+    }
     if (c->remaining > 0 && budget <= 0) break;
     int64_t tokens = std::min(c->remaining, budget);
+    const int64_t least = std::min(c->remaining, c->min_tokens);
+    if (tokens < least) {
+      // Over the whole budget: alone in a step of its own; otherwise in a later step.
+      if (!plan.pieces.empty() || least <= config.max_batch_tokens) continue;
+      tokens = least;
+    }
     auto fits = [&](int64_t n) { return BlocksFor(n, c->free_slots, block_size) <= free; };
     if (!fits(tokens)) {
       if (!c->admitted) continue;  // admission waits for free blocks
@@ -55,12 +70,13 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
       if (preempted.contains(c->id)) continue;
       // Still short (nothing left to preempt): take what fits.
       while (tokens > 0 && !fits(tokens)) --tokens;
-      if (tokens == 0 && c->remaining > 0) continue;
+      if (tokens < least || (tokens == 0 && c->remaining > 0)) continue;
     }
     free -= BlocksFor(tokens, c->free_slots, block_size);
     budget -= tokens;
     planned.insert(c->id);
     plan.pieces.push_back({c->id, tokens});
+    if (long_read) ++plan.long_reads;
   }
   return plan;
 }

@@ -9,9 +9,15 @@
 //      first, then the earliest admitted (FCFS with aging: every runnable session is served
 //      within ceil(runnable / max_sessions_per_step) steps while blocks suffice).
 //   2. Within `max_batch_tokens` and `max_sessions_per_step`; a piece larger than what is left
-//      of the budget is cut (chunked prefill); a write is cut only if it is a multi-token feed.
-//   3. Admission: sessions not yet admitted (or preempted) come after every running one,
-//      earliest first, and only when their piece fits in the free blocks.
+//      of the budget is cut (chunked prefill); a write is cut only if it is a multi-token feed,
+//      and no piece below its `min_tokens` (a block that must run whole waits for a step with
+//      room, or runs alone over the budget when it is larger than the whole budget).
+//   3. Admission: sessions not yet admitted (or preempted) come after every running write and
+//      read, earliest first, and only when their piece fits in the free blocks.
+//   3b. Long reads (a read with more than `long_read_tokens` tokens left, e.g. a prompt of
+//      thousands of tokens) come last, after admissions, so that a long prefill never keeps
+//      other sessions out; with `defer_long_reads` (the engine's pacing, see EngineConfig) they
+//      sit out a step that has other work.
 //   4. Blocks: a running session whose piece needs blocks that are not free preempts by
 //      recompute the most recently admitted running session not planned in this step (itself,
 //      when it is that one): the victim's blocks are freed and it waits for re-admission.
@@ -27,6 +33,7 @@ namespace gpeserve::scheduler {
 struct SchedulerConfig {
   int64_t max_batch_tokens = 512;  // tokens in one forward pass
   int max_sessions_per_step = 64;  // sessions in one forward pass
+  int64_t long_read_tokens = 256;  // a read with more tokens left than this is a long read
 };
 
 // A session with work to do.
@@ -37,6 +44,7 @@ struct Candidate {
   bool admitted = false;     // running (else waiting for admission)
   bool write = false;        // its piece samples a token
   int64_t remaining = 0;     // tokens its piece still has (0: an empty read, no budget)
+  int64_t min_tokens = 1;    // its piece is not cut below this many tokens
   int64_t admit_order = 0;   // order of admission (waiting: of arrival); smaller is older
   int64_t last_served = -1;  // step it last ran in (-1: never)
   int64_t blocks_held = 0;   // freed if it is preempted
@@ -51,12 +59,17 @@ struct Piece {
 struct Plan {
   std::vector<int64_t> preempted;  // free these sessions' blocks first, in this order
   std::vector<Piece> pieces;       // then run these
+  int long_reads = 0;              // pieces of them that are long reads
 };
 
 // Blocks a piece of `tokens` needs given `free_slots` in the current last block.
 int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size);
 
+// Whether `c` is a long read under `config`.
+bool IsLongRead(const SchedulerConfig& config, const Candidate& c);
+
+// `defer_long_reads`: leave long reads out of a step that has other pieces.
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size);
+              int64_t free_blocks, int block_size, bool defer_long_reads = false);
 
 }  // namespace gpeserve::scheduler

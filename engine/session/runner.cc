@@ -16,7 +16,7 @@ absl::StatusOr<torch::Tensor> RunWorks(const model::Model& model, kv::KvPool& po
     const auto length = static_cast<int64_t>(work.tokens.size());
     tokens.insert(tokens.end(), work.tokens.begin(), work.tokens.end());
     positions.insert(positions.end(), work.positions.begin(), work.positions.end());
-    segments.push_back({begin, length, work.context, work.slots});
+    segments.push_back({begin, length, work.context, work.slots, work.noncausal});
     if (work.sample) rows.push_back(begin + length - 1);
   }
   if (tokens.empty()) return torch::empty({0, model.config().vocab_size}, torch::kFloat32);
@@ -39,8 +39,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> CreateOfflineSession(
 SessionResult ResultOf(const StreamSession& session) {
   SessionResult result;
   result.output = session.output();
-  result.text = session.tokenizer().Decode(result.output, {.skip_special_tokens = true});
-  result.delays = session.delays();
+  result.text = session.FinalText();
+  result.delays = session.FinalDelays();
   result.source_units = session.source_units();
   result.counters = session.counters();
   result.reason = session.done_reason();

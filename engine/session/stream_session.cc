@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/eval/words.h"
 
 namespace gpeserve::session {
 
@@ -50,9 +51,29 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   auto header = tok.Encode(profile.assistant, {.add_special_tokens = false});
   if (!header.ok()) return header.status();
   if (header->empty()) return absl::InvalidArgumentError("the profile's assistant header is empty");
+  if (options.policy.compat == policy::Compat::kReference && options.paradigm != Paradigm::kGpe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compat 'reference' reproduces the reference code's group-streaming "
+                     "(gpe) sessions; it does not apply to the ",
+                     std::string(ParadigmName(options.paradigm)), " paradigm"));
+  }
+  s->header_ = *header;
   auto end = tok.Encode(profile.end, {.add_special_tokens = false});
   if (!end.ok()) return end.status();
   s->end_tokens_ = *std::move(end);
+  s->source_length_ = static_cast<int64_t>(s->segments_[0].size() + s->end_tokens_.size());
+  if (absl::Status limit = s->CheckSourceLength(); !limit.ok()) return limit;
+  const int64_t target_tokens =
+      static_cast<int64_t>(header->size()) + options.policy.max_new_tokens;
+  if (options.max_positions > 0 && options.paradigm == Paradigm::kGpe &&
+      profile.phi + target_tokens > options.max_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "phi is ", profile.phi, ": the target's positions from phi to phi + ", header->size(),
+        " (header) + ", options.policy.max_new_tokens, " (max_new_tokens) exceed the model's ",
+        options.max_positions, " positions (max_position_embeddings); phi may be at most ",
+        std::max<int64_t>(0, options.max_positions - target_tokens),
+        options.max_positions < target_tokens ? ", and max_new_tokens must be smaller" : ""));
+  }
 
   std::set<int32_t> eos;
   for (int64_t id : eos_ids) eos.insert(static_cast<int32_t>(id));
@@ -73,18 +94,29 @@ absl::Status StreamSession::AddWords(std::span<const std::string> words) {
     auto ids = tokenizer_->Encode(words_ > 0 && options_.profile.add_space ? " " + word : word,
                                   {.add_special_tokens = false});
     if (!ids.ok()) return ids.status();
-    word_tokens_ += static_cast<int64_t>(ids->size());
-    if (options_.max_source_tokens > 0 && word_tokens_ > options_.max_source_tokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the source is longer than ", options_.max_source_tokens,
-                       " tokens, the server's limit (max_source_tokens); start a new session"));
-    }
+    source_length_ += static_cast<int64_t>(ids->size());
+    if (absl::Status limit = CheckSourceLength(); !limit.ok()) return limit;
     ++words_;
     if (options_.policy.split == policy::SplitMode::kToken) {
       for (int32_t id : *ids) AddUnit({id});
     } else {
       AddUnit(*std::move(ids));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamSession::CheckSourceLength() const {
+  if (options_.max_source_tokens > 0 && source_length_ > options_.max_source_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt and source are longer than ", options_.max_source_tokens,
+        " tokens, the server's limit (max_source_tokens; the prompt alone has ",
+        segments_[0].size() + end_tokens_.size(), "); start a new session"));
+  }
+  if (options_.max_positions > 0 && source_length_ > options_.max_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt and source are longer than the model's ", options_.max_positions,
+        " positions (max_position_embeddings); start a new session"));
   }
   return absl::OkStatus();
 }
@@ -119,6 +151,9 @@ StreamSession::Feed StreamSession::NextFeed() const {
       feed.tokens = target_tokens_;  // header and target so far, at the new positions
     }
     feed.tokens.insert(feed.tokens.end(), action.feed.begin(), action.feed.end());
+    if (action.header && options_.policy.compat == policy::Compat::kReference) {
+      feed.block = feed.tokens.size();  // the reference code feeds its header without a mask
+    }
   }
   return feed;
 }
@@ -153,6 +188,14 @@ int64_t StreamSession::BlocksNeeded(int64_t max_tokens, int block_size) const {
 bool StreamSession::NextSamples() const {
   if (const Feed* feed = CurrentFeed()) return feed->write;
   return NextFeed().write;
+}
+
+int64_t StreamSession::MinPieceTokens() const {
+  const Feed* current = CurrentFeed();
+  const Feed next = current == nullptr ? NextFeed() : Feed{};
+  const Feed& feed = current != nullptr ? *current : next;
+  if (feed.offset < feed.block) return static_cast<int64_t>(feed.block - feed.offset);
+  return std::min<int64_t>(1, static_cast<int64_t>(feed.tokens.size() - feed.offset));
 }
 
 int64_t StreamSession::FreeSlots(int block_size) const {
@@ -223,6 +266,8 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
   if (!feed->seen.empty()) {
     while (take > 1 && feed->seen[feed->offset + take - 1] != feed->seen[feed->offset]) --take;
   }
+  // A non-causal block goes in one piece, whatever the budget.
+  if (feed->offset < feed->block) take = std::max(take, feed->block - feed->offset);
   const int64_t needed = (restart ? kv::BlockTable() : table).BlocksNeeded(take, bs);
   if (needed >
       allocator.free_blocks() + (restart ? static_cast<int64_t>(target_.blocks().size()) : 0)) {
@@ -254,6 +299,8 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
   }
   if (absl::Status s = table.Append(static_cast<int64_t>(take), allocator); !s.ok()) return s;
   work.slots = table.Slots(before, before + static_cast<int64_t>(take), bs);
+  work.noncausal =
+      feed->offset < feed->block ? static_cast<int64_t>(feed->block - feed->offset) : 0;
   work.sample = feed->write && feed->offset + take == feed->tokens.size();
   feed->chunk = take;
   feed->chunk_seen = seen;
@@ -333,11 +380,31 @@ void StreamSession::Preempt(kv::BlockAllocator& allocator) {
     target.active = target.replay = target.to_target = true;
     target.tokens = std::move(target_tokens_);
     target.seen = std::move(target_seen_);
+    // The target group starts with the header; the reference code's is one non-causal block.
+    if (options_.policy.compat == policy::Compat::kReference) target.block = header_.size();
     replay_.push_back(std::move(target));
   }
   source_tokens_.clear();
   target_tokens_.clear();
   target_seen_.clear();
+}
+
+std::string StreamSession::FinalText() const {
+  if (options_.policy.compat != policy::Compat::kReference) {
+    return tokenizer_->Decode(output(), {.skip_special_tokens = true});
+  }
+  std::vector<int32_t> tokens = header_;
+  tokens.insert(tokens.end(), output().begin(), output().end());
+  return tokenizer_->Decode(tokens, {.skip_special_tokens = true});
+}
+
+std::vector<int64_t> StreamSession::FinalDelays() const {
+  std::vector<int64_t> delays = policy_->delays();
+  if (options_.policy.compat == policy::Compat::kReference) {
+    const size_t words = eval::SplitWords(FinalText()).size();
+    if (delays.size() > words) delays.resize(words);
+  }
+  return delays;
 }
 
 void StreamSession::Release(kv::BlockAllocator& allocator) {

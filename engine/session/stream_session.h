@@ -56,16 +56,23 @@ struct SessionOptions {
   policy::PolicyConfig policy;
   Paradigm paradigm = Paradigm::kGpe;
   bool share_prefix = true;       // share the prompt prefix's full blocks with other sessions
-  int64_t max_source_tokens = 0;  // tokens of source words in all; 0: no limit
+  int64_t max_source_tokens = 0;  // tokens of the prompt and the source words in all (the
+                                  // server's limit); 0: no limit
+  int64_t max_positions = 0;      // position ids the model supports (max_position_embeddings):
+                                  // the source's and the target's (phi + header + max_new_tokens)
+                                  // must stay below it; 0: no limit
 };
 
 // One piece of model work: new tokens at their position ids; every token attends to the cached
-// `context` slots and causally to the tokens before it in `tokens`; their K/V go to `slots`.
+// `context` slots and causally to the tokens before it in `tokens`, except that the first
+// `noncausal` tokens all see each other (the reference code's header block, docs/GPE.md 8);
+// their K/V go to `slots`.
 struct Work {
   std::vector<int32_t> tokens;
   std::vector<int64_t> positions;
   std::vector<int64_t> context;
   std::vector<int64_t> slots;
+  int64_t noncausal = 0;
   bool sample = false;  // the last token's logits choose the session's next token
 };
 
@@ -112,6 +119,9 @@ class StreamSession {
   int64_t RemainingTokens() const;
   // Whether the current (or next) piece of work samples a token at its end.
   bool NextSamples() const;
+  // The fewest tokens the current (or next) piece may be cut to (a non-causal block is never
+  // cut); Prepare takes at least this many whatever its budget.
+  int64_t MinPieceTokens() const;
   // Token slots left in the last block of the group the current (or next) piece writes into.
   int64_t FreeSlots(int block_size) const;
   // Blocks Prepare(max_tokens) would take from the allocator (an upper bound: shared prefix
@@ -132,7 +142,14 @@ class StreamSession {
 
   // ---- Results ----
   const std::vector<int32_t>& output() const { return policy_->output(); }
+  // Delays as recorded, one per completed target word (compat reference: per stop).
   const std::vector<int64_t>& delays() const { return policy_->delays(); }
+  // The session's text: the output decoded with special tokens skipped (compat reference: the
+  // header and the output decoded together, as that code printed it, docs/GPE.md 8 rule 6).
+  std::string FinalText() const;
+  // The delays that go with FinalText for AL and LAAL: delays() (compat reference: the first
+  // |Y| of them, |Y| the number of whitespace-separated words of FinalText, as that code did).
+  std::vector<int64_t> FinalDelays() const;
   policy::DoneReason done_reason() const { return policy_->done_reason(); }
   int64_t units_read() const { return policy_->units_read(); }
   // Every source segment, the end included, has been read.
@@ -154,6 +171,7 @@ class StreamSession {
     bool to_target = false;  // into the target group
     bool reencode = false;   // re-encodes the target group from scratch
     bool replay = false;     // restores state after a preemption
+    size_t block = 0;        // leading tokens that see each other (one piece, never cut)
     int64_t unit = -1;       // the segment a read runs
     std::vector<int32_t> tokens;
     std::vector<int64_t> seen;  // replay of the target: source tokens each token saw
@@ -174,18 +192,22 @@ class StreamSession {
   // Makes this session's full prompt-prefix blocks findable by other sessions.
   void RegisterPrefix(kv::BlockAllocator& allocator);
   void AddUnit(std::vector<int32_t> tokens);
+  // InvalidArgument once the source segments (prompt, words, end) outgrow the limits.
+  absl::Status CheckSourceLength() const;
 
   // ---- Constant after Create ----
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   SessionOptions options_;
   std::vector<int32_t> end_tokens_;
+  std::vector<int32_t> header_;  // the target's segment 0
 
   // ---- State ----
   std::vector<uint64_t> prefix_hashes_;  // chained hash of each full block of segment 0
   std::vector<std::vector<int64_t>> prefix_block_tokens_;
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
   int64_t words_ = 0;                           // words added
-  int64_t word_tokens_ = 0;                     // tokens of the words added
+  int64_t source_length_ = 0;  // tokens of the source segments so far, the end segment
+                               // counted from the start
   bool ended_ = false;
   std::unique_ptr<policy::WaitKPolicy> policy_;
   kv::BlockTable source_, target_;      // interleaved: one sequence in source_

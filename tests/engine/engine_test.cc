@@ -92,7 +92,8 @@ void Feed(SessionHandle& handle, const std::vector<std::string>& words, uint64_t
   handle.EndSource();
 }
 
-// Invariants 2 and 3: sessions run together, arriving and pushing words at random times,
+// Invariants 2 and 3: sessions of every paradigm and compat mode run together, arriving and
+// pushing words at random times,
 // produce exactly the tokens and delays each produces alone offline; the events' tokens add
 // up to the final output; every block is free afterwards.
 TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
@@ -114,8 +115,11 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
     std::vector<Collector> collectors(n);
     std::vector<std::thread> feeders;
     for (int i = 0; i < n; ++i) {
-      const auto paradigm = static_cast<session::Paradigm>(i % 4);
+      // Every paradigm, and the reference code's compat sessions (a non-causal header block
+      // and their own stop rules) batched with the others.
+      const auto paradigm = static_cast<session::Paradigm>(i % 5 == 4 ? 0 : i % 5);
       configs.push_back(Config(1 + i % 3, paradigm));
+      if (i % 5 == 4) configs.back().options.policy.compat = policy::Compat::kReference;
       sources.push_back(Words(rng));
     }
     for (int i = 0; i < n; ++i) {
@@ -223,6 +227,7 @@ TEST(EngineTest, RandomOperationsFreeEveryBlock) {
           break;
         default:
           if (rng() % 3 == 0) handles[i]->Cancel();
+          if (rng() % 5 == 0) handles[i]->Abort(absl::UnavailableError("aborted"));
       }
       if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
@@ -239,6 +244,32 @@ TEST(EngineTest, RandomOperationsFreeEveryBlock) {
     EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks) << "seed " << seed;
     EXPECT_EQ(stats.sessions_running + stats.sessions_waiting, 0);
   }
+}
+
+// Abort ends a session with the given status, saying how much of its source was never read;
+// its blocks come back.
+TEST(EngineTest, AbortEndsWithTheStatusAndUnreadUnits) {
+  auto m = testing::TinyChatModel(6);
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 1024;
+  auto engine = Engine::Create(m, config);
+  ASSERT_TRUE(engine.ok());
+  Collector waiting;  // k = 5 with three words: it reads them all and waits for more
+  auto handle = (*engine)->Open(Config(5), waiting.Callback());
+  ASSERT_TRUE(handle.ok());
+  (*handle)->Push({"the", "cat", "sat"});
+  for (int i = 0; i < 400 && (*engine)->stats().kv.free_blocks == 1024; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  (*handle)->Abort(absl::UnavailableError("draining"));
+  const SessionEvent event = waiting.Wait();
+  ASSERT_EQ(event.kind, SessionEvent::Kind::kError);
+  EXPECT_EQ(event.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(event.status.message(), "draining (0 of 3 source units received were not read)");
+  EXPECT_EQ(waiting.finals(), 1);
+  EXPECT_EQ((*engine)->stats().kv.free_blocks, 1024);
 }
 
 // A consumer that refuses events gets its session cancelled with RESOURCE_EXHAUSTED; others

@@ -229,29 +229,62 @@ def main():
     import json
     with open(data, "w") as f:
         json.dump([{"en": s_, "de": "x"} for s_ in sentences], f)
-    served = Server(a.gpeserve, "--model", model_dir)
-    flags = ["--data", data, "--wait_k", "2", "--max_new_tokens", "16"]
-    live_out, offline_out = os.path.join(a.work, "live.jsonl"), os.path.join(a.work, "off.jsonl")
-    r = client("eval", "--server", served.address, "--concurrency", "3", "--words_per_second",
-               "40", "--out", live_out, *flags)
-    check("gpe-client eval runs", r.returncode == 0 and "computation-aware AL" in r.stdout and
-          "throughput" in r.stdout, r)
-    r2 = subprocess.run([a.gpe, "eval", "--model", model_dir, "--threads", "1", "--out",
-                         offline_out, *flags], capture_output=True, text=True)
-    check("gpe eval runs", r2.returncode == 0, r2.stderr)
-    if r.returncode == 0 and r2.returncode == 0:
-        live = [json.loads(line) for line in open(live_out)]
-        offline = [json.loads(line) for line in open(offline_out)]
-        check("live (server) == offline (gpe eval), sentence by sentence",
-              [(x["output_ids"], x["delays"]) for x in live] ==
-              [(x["output_ids"], x["delays"]) for x in offline], (live, offline))
-        bleu = lambda out: out.splitlines()[0]
-        check("same BLEU line", bleu(r.stdout) == bleu(r2.stdout), (r.stdout, r2.stdout))
+    served = Server(a.gpeserve, "--model", model_dir, "--drain_seconds", "1")
+    for compat in ("none", "reference"):
+        flags = ["--data", data, "--wait_k", "2", "--max_new_tokens", "16", "--compat", compat]
+        live_out = os.path.join(a.work, f"live-{compat}.jsonl")
+        offline_out = os.path.join(a.work, f"off-{compat}.jsonl")
+        r = client("eval", "--server", served.address, "--concurrency", "3", "--words_per_second",
+                   "40", "--out", live_out, *flags)
+        check(f"gpe-client eval runs (compat {compat})", r.returncode == 0 and
+              "computation-aware AL" in r.stdout and "throughput" in r.stdout, r)
+        r2 = subprocess.run([a.gpe, "eval", "--model", model_dir, "--threads", "1", "--out",
+                             offline_out, *flags], capture_output=True, text=True)
+        check(f"gpe eval runs (compat {compat})", r2.returncode == 0, r2.stderr)
+        if r.returncode == 0 and r2.returncode == 0:
+            live = [json.loads(line) for line in open(live_out)]
+            offline = [json.loads(line) for line in open(offline_out)]
+            check(f"live (server) == offline (gpe eval), sentence by sentence (compat {compat})",
+                  [(x["output_ids"], x["delays"], x["output"]) for x in live] ==
+                  [(x["output_ids"], x["delays"], x["output"]) for x in offline], (live, offline))
+            # BLEU, then AL and LAAL: the same numbers live and offline.
+            lines = lambda out: out.splitlines()[0] + re.search(r"AL = \S+  LAAL = \S+", out)[0]
+            check(f"same BLEU, AL and LAAL (compat {compat})", lines(r.stdout) == lines(r2.stdout),
+                  (r.stdout, r2.stdout))
     r = client("bench", "--server", served.address, "--sessions", "3", "--duration", "1",
                "--words", "6", "--words_per_second", "0", "--max_new_tokens", "8")
     m = re.search(r"completed (\d+) sessions", r.stdout)
     check("gpe-client bench completes sessions without errors",
           r.returncode == 0 and m is not None and int(m.group(1)) >= 3, r)
+
+    # A drain that runs out of time: the session still waiting for words ends UNAVAILABLE and
+    # is told how much of its source was never read.
+    release = threading.Event()
+    outcome = {}
+
+    def waiting_session():
+        def requests():
+            yield pb.StreamRequest(config=pb.SessionConfig(wait_k=5))
+            yield pb.StreamRequest(chunk=pb.SourceChunk(words=[b"one", b"two"]))
+            release.wait(60)
+        try:
+            for _ in pb_grpc.GpeserveStub(grpc.insecure_channel(served.address)).Stream(
+                    requests()):
+                pass
+            outcome["ok"] = True
+        except grpc.RpcError as e:
+            outcome["error"] = e
+    t = threading.Thread(target=waiting_session)
+    t.start()
+    time.sleep(1.0)
+    served.proc.send_signal(signal.SIGTERM)
+    t.join(timeout=30)
+    release.set()
+    e = outcome.get("error")
+    check("drain ran out: the waiting session ends UNAVAILABLE with its unread units",
+          e is not None and e.code() == grpc.StatusCode.UNAVAILABLE and
+          "drain_seconds" in e.details() and "of 2 source units received were not read" in
+          e.details(), outcome)
     check("served model exits 0", served.stop() == 0, "".join(served.lines))
 
     print(f"{len(FAILURES)} failed")

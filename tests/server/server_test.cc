@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "engine/kv/kv_pool.h"
@@ -38,11 +39,12 @@ class ServerTest : public ::testing::Test {
     config.default_profile = "qwen2.5";
     config.profiles["qwen2.5"] = *policy::LoadProfile("qwen2.5");
     config.default_max_new_tokens = 12;
+    config.max_message_bytes = max_message_bytes;
     service_ = std::make_unique<Service>(engine_, metrics_.get(), config);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
-    builder.SetMaxReceiveMessageSize(max_message_bytes);
+    builder.SetMaxReceiveMessageSize(4 * max_message_bytes);  // as gpeserve sets it
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     connect_.server = "127.0.0.1:" + std::to_string(port_);
@@ -185,6 +187,82 @@ TEST_F(ServerTest, LiveSessionsEqualOfflineRuns) {
   EXPECT_TRUE(AllBlocksFree());
 }
 
+// Compat sessions (the reference code's rules) run live beside method sessions and equal their
+// offline runs; SessionDone's text is then the header and output decoded together.
+TEST_F(ServerTest, CompatReferenceSessionsEqualOfflineRuns) {
+  Start();
+  std::mt19937 rng(8);
+  std::vector<std::thread> threads;
+  std::vector<absl::StatusOr<client::SessionTrace>> results(4, absl::UnknownError(""));
+  std::vector<v1::SessionConfig> configs(4);
+  std::vector<std::vector<std::string>> sources;
+  for (int i = 0; i < 4; ++i) {
+    sources.push_back(RandomWords(rng, 3 + i));
+    configs[i].set_wait_k(1 + i % 2);
+    configs[i].set_max_new_tokens(14);
+    if (i % 2 == 0) configs[i].set_compat(v1::SessionConfig::COMPAT_REFERENCE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = client::RunSession(*stub_, connect_, configs[i], sources[i], 300);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    const v1::SessionDone& done = results[i]->done;
+    const session::SessionResult alone = Alone(configs[i], sources[i]);
+    EXPECT_EQ(std::vector<int32_t>(done.ids().begin(), done.ids().end()), alone.output) << i;
+    EXPECT_EQ(std::vector<int64_t>(done.delays().begin(), done.delays().end()), alone.delays) << i;
+    EXPECT_EQ(done.text(), alone.text) << i;
+    EXPECT_EQ(absl::StartsWith(done.text(), "assistant\n"), i % 2 == 0) << done.text();
+  }
+  v1::SessionConfig reencode;
+  reencode.set_compat(v1::SessionConfig::COMPAT_REFERENCE);
+  reencode.set_paradigm(v1::SessionConfig::PARADIGM_REENCODE);
+  const grpc::Status refused = Exchange(*stub_, {ConfigRequest(reencode), EndRequest()});
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("gpe paradigm"), std::string::npos);
+  EXPECT_TRUE(AllBlocksFree());
+}
+
+// A UTF-8 character cut across text chunks is put back together, as a cut word is; a text that
+// ends inside a character is refused.
+TEST_F(ServerTest, TextChunksKeepCutCharactersWhole) {
+  Start();
+  v1::SessionConfig config;
+  config.set_wait_k(2);
+  std::vector<v1::StreamResponse> responses;
+  // "naïve café 東京": ï, é and 東 each cut inside their bytes.
+  const grpc::Status status = Exchange(
+      *stub_,
+      {ConfigRequest(config), TextRequest("na\xc3"), TextRequest("\xafve caf\xc3"),
+       TextRequest("\xa9 \xe6"), TextRequest("\x9d"), TextRequest("\xb1\xe4\xba\xac"),
+       EndRequest()},
+      &responses);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(responses.back().has_done());
+  const session::SessionResult alone = Alone(config, {"naïve", "café", "東京"});
+  const v1::SessionDone& done = responses.back().done();
+  EXPECT_EQ(std::vector<int32_t>(done.ids().begin(), done.ids().end()), alone.output);
+  EXPECT_EQ(done.source_units(), 4);
+  for (const auto& requests : std::vector<std::vector<v1::StreamRequest>>{
+           {ConfigRequest(config), TextRequest("caf\xc3"), EndRequest()},
+           {ConfigRequest(config), TextRequest("caf\xc3"), WordsRequest({"x"})},
+           {ConfigRequest(config), TextRequest("caf\xc3")}}) {
+    const grpc::Status cut = Exchange(*stub_, requests);
+    EXPECT_EQ(cut.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << cut.error_message();
+    EXPECT_NE(cut.error_message().find("inside a UTF-8 character"), std::string::npos)
+        << cut.error_message();
+  }
+  // Bytes that can never complete a character: refused at once.
+  const grpc::Status bad =
+      Exchange(*stub_, {ConfigRequest(config), TextRequest("caf\xc3"), TextRequest("(")});
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("not valid UTF-8"), std::string::npos);
+  EXPECT_TRUE(AllBlocksFree());
+}
+
 // Text chunks are split on whitespace and a word cut across two chunks stays whole.
 TEST_F(ServerTest, TextChunksKeepCutWordsWhole) {
   Start();
@@ -208,10 +286,17 @@ TEST_F(ServerTest, TextChunksKeepCutWordsWhole) {
 
 // Every bad request gets its status and message; a good session running meanwhile is intact.
 TEST_F(ServerTest, ValidationErrorsAndOthersUnaffected) {
+  // The prompt counts against max_source_tokens: room for it and 40 tokens of source.
+  const policy::Profile profile = *policy::LoadProfile("qwen2.5");
+  const auto tokenizer = testing::TinyChatModel(7)->tokenizer();
+  const int64_t prompt =
+      static_cast<int64_t>(tokenizer->Encode(profile.Prefix())->size() +
+                           tokenizer->Encode(profile.end)->size());
   ServiceConfig config;
   config.max_chunk_words = 5;
-  config.max_source_tokens = 40;
+  config.max_source_tokens = prompt + 40;
   config.max_new_tokens_limit = 100;
+  config.max_instruction_bytes = 1000;
   Start(config);
   // A good session, paced slowly, while the bad ones come and go.
   std::mt19937 rng(5);
@@ -317,7 +402,32 @@ TEST_F(ServerTest, ValidationErrorsAndOthersUnaffected) {
         WordsRequest({"the", "dog", "sees", "a", "cat"}),
         WordsRequest({"the", "dog", "sees", "a", "cat"})},
        grpc::StatusCode::INVALID_ARGUMENT,
-       "longer than 40 tokens"},
+       absl::StrCat("longer than ", prompt + 40, " tokens")},
+      {"instruction over its byte limit",
+       {ConfigRequest(with([](auto& c) { c.set_instruction(std::string(1 << 20, 'x')); }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "has 1048576 bytes; this server allows at most 1000 (gpeserve --max_instruction_bytes)"},
+      {"custom prompt over the byte limit",
+       {ConfigRequest(with([](auto& c) {
+         c.mutable_prompt()->set_instruct(std::string(999, 'x'));
+         c.mutable_prompt()->set_assistant("A:");
+         c.mutable_prompt()->set_end("\n");
+       }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "max_instruction_bytes"},
+      {"instruction within bytes, prompt over max_source_tokens",
+       {ConfigRequest(with([](auto& c) { c.set_instruction(std::string(900, 'y')); }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "max_source_tokens"},
+      {"phi beyond the model's positions",
+       {ConfigRequest(with([](auto& c) { c.set_phi(4294967295u); }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "phi is 4294967295"},
+      {"unknown compat",
+       {ConfigRequest(
+           with([](auto& c) { c.set_compat(static_cast<v1::SessionConfig::Compat>(7)); }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "unknown compat 7"},
   };
   for (const Case& c : cases) {
     const grpc::Status status = Exchange(*stub_, c.requests);
@@ -430,9 +540,24 @@ TEST_F(ServerTest, DeadlineAndMessageSize) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
     EXPECT_TRUE(AllBlocksFree());
   }
+  // Over the limit: refused by the service, with the flag named.
   const grpc::Status big =
       Exchange(*stub_, {ConfigRequest({}), TextRequest(std::string(2000, 'a')), EndRequest()});
   EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  EXPECT_NE(big.error_message().find("limit of 1024 bytes (gpeserve --max_message_bytes)"),
+            std::string::npos)
+      << big.error_message();
+  v1::GenerateRequest generate;
+  generate.set_text(std::string(1500, 'b'));
+  grpc::ClientContext generate_context;
+  auto reader = stub_->Generate(&generate_context, generate);
+  v1::StreamResponse ignored;
+  while (reader->Read(&ignored)) {
+  }
+  const grpc::Status big_generate = reader->Finish();
+  EXPECT_EQ(big_generate.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(big_generate.error_message().find("--max_message_bytes"), std::string::npos)
+      << big_generate.error_message();
   auto after = client::RunSession(*stub_, connect_, {}, {"the", "dog"}, 0);
   EXPECT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(AllBlocksFree());
@@ -455,6 +580,63 @@ TEST_F(ServerTest, AuthToken) {
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// A server that ends sessions early (a drain that ran out of time) ends each with UNAVAILABLE
+// and says how much of its source was never read; the blocks come back.
+TEST_F(ServerTest, AbortedSessionsEndUnavailableWithUnreadUnits) {
+  Start();
+  grpc::ClientContext context;
+  auto stream = stub_->Stream(&context);
+  v1::SessionConfig config;
+  config.set_wait_k(5);  // three words: it reads them and waits for more
+  ASSERT_TRUE(stream->Write(ConfigRequest(config)));
+  ASSERT_TRUE(stream->Write(WordsRequest({"the", "dog", "sees"})));
+  bool holding = false;  // the session has started reading
+  for (int i = 0; i < 400 && !holding; ++i) {
+    const engine::EngineStats s = engine_->stats();
+    holding = s.kv.free_blocks < s.kv.total_blocks;
+    if (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(holding);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it reads all three words
+  service_->AbortAll(absl::UnavailableError("the server shut down"));
+  v1::StreamResponse r;
+  while (stream->Read(&r)) {
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_NE(status.error_message().find("the server shut down (0 of 3 source units received "
+                                        "were not read)"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(AllBlocksFree());
+}
+
+// A session that ends (here on its token limit) while source is still coming says how many
+// units it received and never read.
+TEST_F(ServerTest, EarlyEndReportsUnreadSourceUnits) {
+  Start();
+  v1::SessionConfig config;
+  config.set_wait_k(1);
+  config.set_max_new_tokens(1);
+  std::vector<v1::StreamResponse> responses;
+  const grpc::Status status =
+      Exchange(*stub_,
+               {ConfigRequest(config), WordsRequest({"the", "dog", "sees", "a", "cat"}),
+                WordsRequest({"in", "the", "big", "red", "house"})},
+               &responses);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(responses.back().has_done());
+  const v1::SessionDone& done = responses.back().done();
+  EXPECT_EQ(done.finish_reason(), "max_new_tokens");
+  int64_t read = 0;
+  for (const v1::StreamResponse& response : responses) {
+    if (response.has_delta()) read = response.delta().source_units_read();
+  }
+  EXPECT_EQ(read, 1);
+  EXPECT_GE(done.source_units(), 5);  // the first chunk at least had arrived
+  EXPECT_EQ(done.source_units_unread(), done.source_units() - read);
+}
+
 // Generate is batch mode: the same as an offline batch session.
 TEST_F(ServerTest, GenerateEqualsOfflineBatch) {
   Start();
@@ -469,6 +651,19 @@ TEST_F(ServerTest, GenerateEqualsOfflineBatch) {
   const session::SessionResult alone =
       Alone({}, {"the", "dog", "sees", "a", "big", "cat"}, /*batch=*/true);
   EXPECT_EQ(std::vector<int32_t>(last.done().ids().begin(), last.done().ids().end()), alone.output);
+  // Nothing to translate: refused, not answered with invented output.
+  for (const std::string& text : {std::string(), std::string(" \t\n ")}) {
+    v1::GenerateRequest empty;
+    empty.set_text(text);
+    grpc::ClientContext empty_context;
+    auto empty_reader = stub_->Generate(&empty_context, empty);
+    bool answered = false;
+    while (empty_reader->Read(&r)) answered = true;
+    const grpc::Status status = empty_reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("the text is empty"), std::string::npos);
+    EXPECT_FALSE(answered);
+  }
 }
 
 // A scrape holds every metric family, with values consistent with the sessions run (read from

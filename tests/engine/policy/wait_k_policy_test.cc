@@ -178,7 +178,142 @@ TEST_F(PolicyTest, MaxNewTokensAndMaxLag) {
   std::vector<int32_t> endless(40, Id("\u0120D"));
   Drive(lagging, endless, 1);
   EXPECT_EQ(lagging.done_reason(), DoneReason::kMaxLag);
-  EXPECT_EQ(lagging.delays().size(), 4u);  // source words (1) + 2, then one more ends it
+  // Source units read (1 word + the end segment) + 2, then one more ends it.
+  EXPECT_EQ(lagging.delays().size(), 5u);
+}
+
+// The default limit of 100 words beyond the source units: a 3-word source (4 units with the
+// end) ends after 105 completed words, not one earlier.
+TEST_F(PolicyTest, LagLimitCountsTheEndSegment) {
+  WaitKPolicy p = Make({.wait_k = 1});
+  Drive(p, std::vector<int32_t>(300, Id("\u0120D")), 3);
+  EXPECT_EQ(p.done_reason(), DoneReason::kMaxLag);
+  EXPECT_EQ(p.units_read(), 4);
+  EXPECT_EQ(p.delays().size(), 105u);
+  EXPECT_EQ(p.output().size(), 106u);  // the first token after the last read starts no word
+}
+
+// An end-of-sequence id that does not end the turn (not the profile's end string, e.g.
+// <|endoftext|> or a plain token a config lists) ends the target without a delay; one that
+// ends the turn completes the unfinished word.
+TEST_F(PolicyTest, OnlyAnEndOfTurnTokenRecordsADelay) {
+  const int32_t plain_eos = 'x';
+  for (const bool turn_end : {true, false}) {
+    WaitKPolicy p(PolicyConfig{.wait_k = 1}, *tokenizer_, kHeader, {kEos, plain_eos},
+                  "<|im_end|>\n");
+    p.AddSourceUnit();
+    p.AddSourceUnit();
+    p.OnRead();
+    p.OnRead();
+    EXPECT_TRUE(p.OnToken(Id("A")).emitted);
+    p.OnToken(turn_end ? kEos : plain_eos);
+    EXPECT_EQ(p.done_reason(), DoneReason::kEndOfSequence);
+    EXPECT_EQ(p.output(), std::vector<int32_t>{Id("A")});
+    EXPECT_EQ(p.delays(), turn_end ? std::vector<int64_t>{1} : std::vector<int64_t>{})
+        << "turn end " << turn_end;
+  }
+}
+
+// ---- Compat reference (docs/GPE.md 8): each rule against the method, worked by hand ----
+
+PolicyConfig Reference(PolicyConfig config) {
+  config.compat = Compat::kReference;
+  return config;
+}
+
+// Rule 2: after a write that ended on punctuation, rule a looks at the punctuation and the
+// next token together (", B" has a space after its first character): " B" is discarded, ","
+// rolled back, one more unit read, and " B" written again. The method writes " B" at once.
+TEST_F(PolicyTest, ReferenceDiscardsTheWordAfterPunctuation) {
+  const std::vector<int32_t> target = {Id("A"), ',', Id("\u0120B")};
+  WaitKPolicy method = Make({.wait_k = 1});
+  EXPECT_EQ(Drive(method, target, 3), "R0 R1 W3 W1 R2 W1 W1");
+  EXPECT_EQ(method.delays(), (std::vector<int64_t>{1, 2}));
+
+  WaitKPolicy p = Make(Reference({.wait_k = 1}));
+  // W3 header -> A; W1 A -> "," (rule b, delay 1); R2; W1 "," -> " B" (rule a over "A, B":
+  // discarded, delay 2, "," rolled back); R3; W1 "," -> " B" (kept: the list restarted);
+  // W1 " B" -> end of turn (delay 3).
+  EXPECT_EQ(Drive(p, target, 3), "R0 R1 W3 W1 R2 W1 R3 W1 W1");
+  EXPECT_EQ(p.output(), target);
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// Rule 2, the other half: a single token with a space inside stops the write (a delay) but is
+// kept, since there is no token before it in the list to roll back to.
+TEST_F(PolicyTest, ReferenceKeepsALoneTokenThatStartsAWord) {
+  auto tok = tokenizer::testing::Build(tokenizer::testing::ByteLevelJson(
+      {"A", "\u0120B\u0120C"}, {},
+      nlohmann::json::array({tokenizer::testing::Added(kEos, "<|im_end|>", true)})));
+  WaitKPolicy p(Reference({.wait_k = 1}), *tok, kHeader, {kEos}, "<|im_end|>\n");
+  p.AddSourceUnit();
+  p.AddSourceUnit();
+  p.OnRead();
+  p.OnRead();
+  const auto outcome = p.OnToken(*tok->TokenToId("\u0120B\u0120C"));
+  EXPECT_TRUE(outcome.emitted);
+  EXPECT_TRUE(outcome.word_complete);
+  EXPECT_FALSE(outcome.kv_rollback);
+  EXPECT_EQ(p.delays(), std::vector<int64_t>{1});
+  EXPECT_EQ(p.Next().step, Step::kRead);
+}
+
+// Rule 3: "He works." at k = 5: the counter starts at 5 although the source has 3 units, so
+// every delay is 5 (the method records 3). Rule 2 makes " B" a discard and a re-write here too.
+TEST_F(PolicyTest, ReferenceCounterStartsAtKOnAShortSource) {
+  const std::vector<int32_t> target = {Id("A"), Id("\u0120B"), '.'};
+  WaitKPolicy p = Make(Reference({.wait_k = 5}));
+  // W3 -> A; W1 A -> " B" (discarded, delay 5); W1 A -> " B"; W1 -> "." (delay 5); W1 "." ->
+  // end of turn (delay 5).
+  EXPECT_EQ(Drive(p, target, 2), "R0 R1 R2 R3 W3 W1 W1 W1 W1");
+  EXPECT_EQ(p.output(), target);
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{5, 5, 5}));
+  EXPECT_EQ(p.units_read(), 3);
+}
+
+// Rule 4: the cap counts tokens since the last read, so once the source is complete every
+// token after the cap stops the write and records a delay. The method's cap counts tokens of
+// the write and records nothing.
+TEST_F(PolicyTest, ReferenceCapCountsSinceTheLastRead) {
+  const std::vector<int32_t> target = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'};
+  WaitKPolicy method = Make({.wait_k = 1, .max_write_tokens = 3});
+  EXPECT_EQ(Drive(method, target, 1), "R0 R1 W3 W1 W1 R2 W1 W1 W1 W1 W1 W1");
+  EXPECT_EQ(method.delays(), std::vector<int64_t>{2});
+
+  WaitKPolicy p = Make(Reference({.wait_k = 1, .max_write_tokens = 3}));
+  // a, b, c (3rd since the read: delay 1), R2; d, e, f (delay 2), then g, h and the end of
+  // turn each past the cap (delay 2 each).
+  EXPECT_EQ(Drive(p, target, 1), "R0 R1 W3 W1 W1 R2 W1 W1 W1 W1 W1 W1");
+  EXPECT_EQ(p.output(), target);
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 2, 2, 2}));
+}
+
+// Rule 5: with max_lag_words = 1 and one word (2 units), the limit is checked at every stop
+// against the units read after that stop's read; the stop that crosses it is a discard, and
+// the discarded token stays in the output.
+TEST_F(PolicyTest, ReferenceLagLimitKeepsTheDiscardedToken) {
+  WaitKPolicy p = Make(Reference({.wait_k = 1, .max_lag_words = 1}));
+  // W3 -> " D"; W1 -> " D" (discarded, delay 1, 1 - 2 units); R2; then three rounds of
+  // (re-write " D", next " D" discarded): delays 2, 2, 2 -> 4 - 2 > 1 ends it on the third.
+  EXPECT_EQ(Drive(p, std::vector<int32_t>(40, Id("\u0120D")), 1), "R0 R1 W3 W1 R2 W1 W1 W1 W1 W1 W1");
+  EXPECT_EQ(p.done_reason(), DoneReason::kMaxLag);
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ(p.output().size(), 5u);
+}
+
+TEST_F(PolicyTest, ReferenceMarksTheHeaderWrite) {
+  WaitKPolicy p = Make(Reference({.wait_k = 1}));
+  p.AddSourceUnit();
+  p.OnRead();
+  p.OnRead();
+  const auto first = p.Next();
+  EXPECT_TRUE(first.header);
+  EXPECT_EQ(first.feed, kHeader);
+  p.OnToken(Id("A"));
+  EXPECT_FALSE(p.Next().header);
+  EXPECT_EQ(ParseCompat("reference"), Compat::kReference);
+  EXPECT_EQ(ParseCompat("none"), Compat::kNone);
+  EXPECT_FALSE(ParseCompat("exact").has_value());
 }
 
 // Greedy output and delays depend only on the words, never on when they arrived.
@@ -191,7 +326,8 @@ TEST_F(PolicyTest, OutputIsIndependentOfArrivalTiming) {
     for (int i = 0, n = 1 + rng() % 12; i < n; ++i) target.push_back(pool[rng() % pool.size()]);
     const int words = static_cast<int>(rng() % 6);
     const PolicyConfig config{.wait_k = 1 + static_cast<int>(rng() % 4),
-                              .max_write_tokens = 1 + static_cast<int>(rng() % 5)};
+                              .max_write_tokens = 1 + static_cast<int>(rng() % 5),
+                              .compat = trial % 2 == 0 ? Compat::kNone : Compat::kReference};
     WaitKPolicy offline = Make(config);
     Drive(offline, target, words);
     std::vector<int> arrivals;

@@ -1,5 +1,6 @@
 #include "engine/scheduler/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -44,17 +45,65 @@ TEST(SchedulerTest, BlocksFor) {
   EXPECT_EQ(BlocksFor(36, 3, 16), 3);
 }
 
-// Writes come first; the long read gets what is left of the budget (chunked prefill), and a
-// second read gets nothing this step.
+// Writes come first, then reads; a read larger than what is left of the budget is cut
+// (chunked prefill), and a read after it gets nothing this step.
 TEST(SchedulerTest, WritesFirstThenChunkedReads) {
   const Plan plan =
       Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
-               {Read(1, 0, 1000), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
+               {Read(1, 0, 200), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
   ASSERT_EQ(plan.pieces.size(), 3u);
   EXPECT_EQ(plan.pieces[0].id, 2);
   EXPECT_EQ(plan.pieces[1].id, 4);
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {4, 1}, {1, 98}}));
   EXPECT_TRUE(plan.preempted.empty());
+  EXPECT_EQ(plan.long_reads, 0);
+}
+
+// A long read (more than long_read_tokens left) comes after every other read and after the
+// admission of new sessions, so a long prompt never keeps others out; deferred, it sits out a
+// step that has other work, and runs alone at full budget when nobody else has any.
+TEST(SchedulerTest, LongReadsComeLastAndCanBeDeferred) {
+  Candidate newcomer = Read(5, 9, 30);
+  newcomer.admitted = false;
+  newcomer.blocks_held = 0;
+  const SchedulerConfig config{.max_batch_tokens = 100, .max_sessions_per_step = 8,
+                               .long_read_tokens = 256};
+  const std::vector<Candidate> all = {Read(1, 0, 8000), Write(2, 1), Read(3, 2, 50), newcomer};
+  Plan plan = Schedule(config, all, 1000, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}, {1, 19}}));
+  EXPECT_EQ(plan.pieces.back().id, 1);
+  EXPECT_EQ(plan.long_reads, 1);
+  plan = Schedule(config, all, 1000, 16, /*defer_long_reads=*/true);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}}));
+  EXPECT_EQ(plan.long_reads, 0);
+  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, /*defer_long_reads=*/true);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 100}}));
+  EXPECT_EQ(plan.long_reads, 1);
+  EXPECT_TRUE(IsLongRead(config, Read(1, 0, 257)));
+  EXPECT_FALSE(IsLongRead(config, Read(1, 0, 256)));
+  EXPECT_FALSE(IsLongRead(config, Write(1, 0)));
+}
+
+// A piece that must run whole (the reference code's non-causal header block) is never cut:
+// it waits for a step with room, and runs alone over the budget when larger than all of it.
+TEST(SchedulerTest, PiecesAreNotCutBelowTheirMinimum) {
+  Candidate header = Write(5, 4, /*last_served=*/3);
+  header.remaining = header.min_tokens = 6;
+  const SchedulerConfig config{.max_batch_tokens = 6, .max_sessions_per_step = 8};
+  Plan plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 50)}, 1000, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 5}}));
+  header.last_served = -1;  // next step it is the oldest write and fits
+  plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 45)}, 1000, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{5, 6}}));
+
+  const SchedulerConfig small{.max_batch_tokens = 4, .max_sessions_per_step = 8};
+  plan = Schedule(small, {header, Write(2, 1, 0)}, 1000, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{5, 6}}));
+  plan = Schedule(small, {Write(2, 1, -2), header}, 1000, 16);
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}}));
+  // Short of blocks for the whole piece: not a smaller piece, nothing.
+  plan = Schedule(config, {header}, 0, 16);
+  EXPECT_TRUE(plan.pieces.empty());
 }
 
 // Random candidate sets: the budget and the session cap always hold, no session appears
@@ -77,10 +126,12 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
       c.last_served = static_cast<int64_t>(rng() % 10) - 1;
       c.blocks_held = c.admitted ? rng() % 5 : 0;
       c.free_slots = rng() % 4;
+      c.min_tokens = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % 80) : 1;
       cs.push_back(c);
     }
+    config.long_read_tokens = 1 + static_cast<int64_t>(rng() % 40);
     const int64_t free = rng() % 6;
-    const Plan plan = Schedule(config, cs, free, 4);
+    const Plan plan = Schedule(config, cs, free, 4, /*defer_long_reads=*/rng() % 2 == 0);
     int64_t tokens = 0, blocks = 0, freed = 0;
     std::set<int64_t> seen;
     for (int64_t id : plan.preempted) {
@@ -88,14 +139,27 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
       freed += cs[id].blocks_held;
       EXPECT_TRUE(seen.insert(id).second);
     }
+    int long_reads = 0;
     for (const Piece& p : plan.pieces) {
       EXPECT_TRUE(seen.insert(p.id).second) << "session planned twice or preempted and run";
       EXPECT_TRUE(cs[p.id].runnable);
       EXPECT_LE(p.tokens, cs[p.id].remaining);
+      EXPECT_GE(p.tokens, std::min(cs[p.id].remaining, cs[p.id].min_tokens)) << "cut too small";
       tokens += p.tokens;
       blocks += BlocksFor(p.tokens, cs[p.id].free_slots, 4);
+      long_reads += IsLongRead(config, cs[p.id]) ? 1 : 0;
     }
-    EXPECT_LE(tokens, config.max_batch_tokens);
+    EXPECT_EQ(plan.long_reads, long_reads);
+    // Over the budget only as a single piece that may not be cut smaller.
+    if (tokens > config.max_batch_tokens) {
+      std::vector<Piece> nonempty;
+      for (const Piece& p : plan.pieces) {
+        if (p.tokens > 0) nonempty.push_back(p);
+      }
+      ASSERT_EQ(nonempty.size(), 1u);
+      const Candidate& c = cs[nonempty[0].id];
+      EXPECT_EQ(nonempty[0].tokens, std::min(c.remaining, c.min_tokens));
+    }
     EXPECT_LE(static_cast<int>(plan.pieces.size()), config.max_sessions_per_step);
     EXPECT_LE(blocks, free + freed);
   }

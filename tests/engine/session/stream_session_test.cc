@@ -1,9 +1,11 @@
 #include "engine/session/stream_session.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 
+#include "engine/eval/latency.h"
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
@@ -30,8 +32,12 @@ NaiveResult NaiveRun(const model::Model& m, const SessionOptions& options,
   policy::PolicyConfig config = options.policy;
   const Paradigm paradigm = options.paradigm;
   if (paradigm == Paradigm::kBatch) config.wait_k = 1 << 30;
-  policy::WaitKPolicy p(config, tok, *tok.Encode(options.profile.assistant), eos,
-                        options.profile.end);
+  const std::vector<int32_t> header = *tok.Encode(options.profile.assistant);
+  // The reference code feeds its header as one block without a mask (docs/GPE.md 8 rule 1).
+  const int64_t block = options.policy.compat == policy::Compat::kReference
+                            ? static_cast<int64_t>(header.size())
+                            : 0;
+  policy::WaitKPolicy p(config, tok, header, eos, options.profile.end);
   for (size_t u = 1; u + 1 < segments.size(); ++u) p.AddSourceUnit();
   p.EndSource();
   std::vector<int64_t> source, target, seen;
@@ -68,7 +74,7 @@ NaiveResult NaiveRun(const model::Model& m, const SessionOptions& options,
       for (int64_t j = 0; j < nt; ++j) {
         // Re-encode: the whole target is recomputed and sees all the source read so far.
         allowed[ns + j].slice(0, 0, paradigm == Paradigm::kReencode ? ns : seen[j]).fill_(true);
-        allowed[ns + j].slice(0, ns, ns + j + 1).fill_(true);
+        allowed[ns + j].slice(0, ns, ns + std::max(j + 1, j < block ? block : 0)).fill_(true);
       }
     }
     model::DenseAttention attention({}, {}, allowed);
@@ -87,6 +93,17 @@ NaiveResult NaiveRun(const model::Model& m, const SessionOptions& options,
   }
   return {p.output(), p.delays()};
 }
+
+// The method's sessions and, for the gpe paradigm, the reference code's (compat).
+struct Variant {
+  Paradigm paradigm;
+  policy::Compat compat = policy::Compat::kNone;
+};
+const std::vector<Variant> kVariants = {{Paradigm::kGpe},
+                                        {Paradigm::kGpe, policy::Compat::kReference},
+                                        {Paradigm::kReencode},
+                                        {Paradigm::kInterleaved},
+                                        {Paradigm::kBatch}};
 
 struct Fixture {
   explicit Fixture(std::shared_ptr<const model::Model> model, int block_size = 4,
@@ -144,8 +161,8 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
   std::mt19937 rng(3);
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     Fixture f(TinyChatModel(seed));
-    for (Paradigm paradigm :
-         {Paradigm::kGpe, Paradigm::kReencode, Paradigm::kInterleaved, Paradigm::kBatch}) {
+    for (const Variant& variant : kVariants) {
+      const Paradigm paradigm = variant.paradigm;
       for (int trial = 0; trial < 3; ++trial) {
         SessionOptions options;
         options.profile = *profile;
@@ -154,6 +171,7 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
         options.policy.max_new_tokens = 12;
         options.policy.split = trial == 2 ? policy::SplitMode::kToken : policy::SplitMode::kWord;
         options.paradigm = paradigm;
+        options.policy.compat = variant.compat;
         const std::vector<std::string> words = RandomWords(rng, 6);
         auto session = CreateOfflineSession(*f.m, options, words);
         ASSERT_TRUE(session.ok()) << session.status();
@@ -164,10 +182,11 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
         ASSERT_TRUE(result.ok()) << result.status();
         const NaiveResult naive = NaiveRun(*f.m, options, segments);
         const std::string where = "seed " + std::to_string(seed) + " paradigm " +
-                                  std::string(ParadigmName(paradigm)) + " trial " +
+                                  std::string(ParadigmName(paradigm)) + " compat " +
+                                  policy::CompatName(variant.compat) + " trial " +
                                   std::to_string(trial);
         EXPECT_EQ(result->output, naive.output) << where;
-        EXPECT_EQ(result->delays, naive.delays) << where;
+        EXPECT_EQ((*session)->delays(), naive.delays) << where;
         EXPECT_FALSE(result->output.empty()) << where;
         EXPECT_EQ(result->source_units, static_cast<int64_t>(segments.size()) - 1);
         EXPECT_EQ(f.allocator.free_blocks(), f.allocator.total_blocks()) << where;
@@ -336,6 +355,75 @@ TEST(StreamSessionTest, SourceErrors) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseParadigm("reencode").value(), Paradigm::kReencode);
   EXPECT_EQ(ParseParadigm("nope").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Runs `session` with a scripted model: each sampled token is the next of `script` (then
+// `eos`). Returns the `noncausal` of every piece, in order. Pieces are whole.
+std::vector<int64_t> RunScripted(StreamSession& session, kv::BlockAllocator& allocator,
+                                 const std::vector<int32_t>& script, int32_t eos) {
+  std::vector<int64_t> noncausal;
+  size_t next = 0;
+  while (session.state() == StreamSession::State::kRunnable) {
+    auto work = session.Prepare(1 << 20, allocator);
+    EXPECT_TRUE(work.ok()) << work.status();
+    if (!work.ok()) break;
+    noncausal.push_back(work->noncausal);
+    std::optional<int32_t> token;
+    if (work->sample) token = next < script.size() ? script[next++] : eos;
+    session.Complete(token, allocator);
+  }
+  session.Release(allocator);
+  return noncausal;
+}
+
+// Compat reference, worked by hand at session level (qwen2.5 profile, byte-level tokens, k = 1,
+// one word, max_write_tokens = 2): the header is one non-causal block; the cap counts since
+// the last read (delays 1, then 2 and 2 past the cap once the source is complete, the end of
+// turn included); the text is "assistant\n" + the output; the delays are cut to its 2 words,
+// so AL = LAAL = (1 + (2 - 1)) / 2 = 1. The method records no delay at all here (its cap ends
+// writes without one, and the end of turn follows a write that ended on the cap).
+TEST(StreamSessionTest, ReferenceCompatSessionWorkedByHand) {
+  auto profile = policy::LoadProfile("qwen2.5");
+  ASSERT_TRUE(profile.ok());
+  auto m = TinyChatModel(1);
+  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 64});
+  const std::vector<int32_t> script = {'a', 'b', 'c', 'd'};
+  const int32_t eos = 257;  // <|im_end|>
+  const auto header = static_cast<int64_t>(m->tokenizer()->Encode(profile->assistant)->size());
+  for (const policy::Compat compat : {policy::Compat::kNone, policy::Compat::kReference}) {
+    SessionOptions options;
+    options.profile = *profile;
+    options.policy = {.wait_k = 1, .max_write_tokens = 2, .compat = compat};
+    options.share_prefix = false;
+    auto session = CreateOfflineSession(*m, options, {"He"});
+    ASSERT_TRUE(session.ok());
+    const std::vector<int64_t> noncausal = RunScripted(**session, allocator, script, eos);
+    // Reads: prefix, "He", end; writes: header, then one token each.
+    ASSERT_GE(noncausal.size(), 3u);
+    EXPECT_EQ(noncausal[2], compat == policy::Compat::kReference ? header : 0);
+    for (size_t i = 3; i < noncausal.size(); ++i) EXPECT_EQ(noncausal[i], 0);
+    EXPECT_EQ((*session)->output(), script);
+    EXPECT_EQ(allocator.free_blocks(), allocator.total_blocks());
+    if (compat == policy::Compat::kNone) {
+      EXPECT_EQ((*session)->FinalText(), "abcd");
+      EXPECT_TRUE((*session)->FinalDelays().empty());
+      continue;
+    }
+    EXPECT_EQ((*session)->delays(), (std::vector<int64_t>{1, 2, 2}));
+    EXPECT_EQ((*session)->FinalText(), "assistant\nabcd");
+    const std::vector<int64_t> delays = (*session)->FinalDelays();
+    EXPECT_EQ(delays, (std::vector<int64_t>{1, 2}));
+    const std::vector<double> d(delays.begin(), delays.end());
+    EXPECT_DOUBLE_EQ(eval::AverageLagging(d, 2, 2), 1.0);
+    EXPECT_DOUBLE_EQ(eval::LengthAdaptiveAverageLagging(d, 2, 2), 1.0);
+  }
+  // Compat reference is for the gpe paradigm only.
+  SessionOptions options;
+  options.profile = *profile;
+  options.policy.compat = policy::Compat::kReference;
+  options.paradigm = Paradigm::kReencode;
+  EXPECT_EQ(StreamSession::Create(m->tokenizer(), {}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
