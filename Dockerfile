@@ -75,10 +75,11 @@ ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 # ---- Runtime ---------------------------------------------------------------------------------
 FROM runtime-${TORCH} AS runtime
 COPY --from=build /src/build/server/gpeserve /src/build/client/gpe-client /src/build/engine/cli/gpe \
-     /usr/local/bin/
+     /src/build/engine/cli/gpe-engine /usr/local/bin/
 # Every library the binaries load must resolve here (the host's libcuda aside): a missing one
 # fails the build, not the first start.
 RUN if ldd /usr/local/bin/gpeserve /usr/local/bin/gpe-client /usr/local/bin/gpe \
+          /usr/local/bin/gpe-engine \
        | grep -v 'libcuda\.so' | grep 'not found'; then exit 1; fi
 # A fixed numeric uid, so that Kubernetes' runAsNonRoot can verify it without a runAsUser.
 RUN groupadd --system --gid 10001 gpeserve \

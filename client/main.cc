@@ -231,9 +231,8 @@ int StreamCommand(int argc, char** argv) {
                                 result.status().message()));
   }
   const v1::SessionDone& done = result->done;
-  const auto [al, laal] =
-      Lagging(done, SourceUnits(*config, done, words.size()),
-              static_cast<double>(eval::SplitWords(done.text()).size()));
+  const auto [al, laal] = Lagging(done, SourceUnits(*config, done, words.size()),
+                                  static_cast<double>(eval::SplitWords(done.text()).size()));
   std::printf("text: %s\n", done.text().c_str());
   std::string delays;
   for (int64_t d : done.delays()) delays += (delays.empty() ? "" : ",") + std::to_string(d);

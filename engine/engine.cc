@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/model.h"
+#include "engine/scheduler/long_read_pacer.h"
 #include "engine/session/runner.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 
@@ -32,27 +33,6 @@ struct Live {
   std::optional<std::chrono::steady_clock::time_point> first_run;
   int64_t order = 0;         // arrival order; admission order once admitted
   int64_t last_served = -1;  // step
-};
-
-// Spaces the steps that hold a long read (a prompt of thousands of tokens, read in chunks) so
-// that the other sessions' steps are on average at most `slowdown` times as long as their own
-// steps: a step without a long read earns credit ((slowdown - 1) times its length), a step with
-// one spends what it costs beyond `slowdown` light steps, and long reads wait while the credit
-// is negative. Steps with nobody else in them are free: a long read alone runs at full speed.
-class LongReadPacer {
- public:
-  explicit LongReadPacer(double slowdown) : slowdown_(slowdown) {}
-  bool Defer() const { return slowdown_ > 0 && credit_ < 0; }
-  void Observe(bool long_read, bool others, double seconds) {
-    if (slowdown_ <= 0 || !others) return;
-    if (!long_read) light_ = light_ == 0 ? seconds : 0.8 * light_ + 0.2 * seconds;
-    credit_ = std::min(credit_ + slowdown_ * light_ - seconds, slowdown_ * light_);
-  }
-
- private:
-  const double slowdown_;
-  double light_ = 0;   // seconds of a recent step without a long read (moving average)
-  double credit_ = 0;  // seconds the others may still be slowed by
 };
 
 struct Command {
@@ -80,7 +60,7 @@ struct Engine::Impl {
   EngineStats stats;          // guarded by mu: a snapshot after each step
 
   // ---- Loop thread only ----
-  std::unique_ptr<LongReadPacer> pacer;
+  std::unique_ptr<scheduler::LongReadPacer> pacer;
   std::map<int64_t, std::unique_ptr<Live>> sessions;
   int64_t step = 0;
   int64_t orders = 0;
@@ -107,6 +87,10 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
     return absl::InvalidArgumentError(
         "block_size, max_batch_tokens, max_sessions_per_step and max_sessions must be positive");
   }
+  if (!(config.long_read_slowdown == 0 || config.long_read_slowdown >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "long_read_slowdown must be 0 (no pacing) or at least 1, got ", config.long_read_slowdown));
+  }
   const model::ModelConfig& c = model->config();
   int64_t blocks = config.kv_blocks;
   if (blocks <= 0) {
@@ -125,7 +109,7 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   Impl& impl = *engine->impl_;
   impl.config = config;
   impl.config.kv_blocks = blocks;
-  impl.pacer = std::make_unique<LongReadPacer>(config.long_read_slowdown);
+  impl.pacer = std::make_unique<scheduler::LongReadPacer>(config.long_read_slowdown);
   const kv::KvCacheConfig kv_config{.block_size = config.block_size,
                                     .num_blocks = static_cast<int>(blocks)};
   impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
@@ -374,8 +358,8 @@ void Engine::Impl::Loop(const model::Model& model) {
       continue;
     }
     const auto step_start = std::chrono::steady_clock::now();
-    const scheduler::Plan plan = scheduler::Schedule(
-        config.scheduler, candidates, allocator->free_blocks(), bs, pacer->Defer());
+    const scheduler::Plan plan = scheduler::Schedule(config.scheduler, candidates,
+                                                     allocator->free_blocks(), bs, pacer->Budget());
     for (int64_t id : plan.preempted) {
       Live& live = *sessions[id];
       if (live.session->blocks_held() + allocator->free_blocks() >= allocator->total_blocks()) {
@@ -458,9 +442,9 @@ void Engine::Impl::Loop(const model::Model& model) {
         Deliver(live, event);
       }
     }
-    pacer->Observe(plan.long_reads > 0, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start)
-                       .count());
+    pacer->Observe(
+        plan.long_read_tokens, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     Publish();
   }
   // Shutting down: every open session gets its final event.

@@ -42,7 +42,7 @@ struct EngineConfig {
   // Pacing of long reads (scheduler: long_read_tokens): while other sessions have work, the
   // steps that hold a piece of a long read are spaced so that the others' steps take on
   // average at most this factor longer than without it (measured step times); 0: no pacing.
-  double long_read_slowdown = 2.0;
+  double long_read_slowdown = 1.5;
   // Called on the loop thread after each forward step with its token count (metrics); must be
   // cheap and must not call the engine.
   std::function<void(int64_t tokens)> on_step;

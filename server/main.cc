@@ -92,6 +92,12 @@ int Run(int argc, char** argv) {
   args.AddString("block_size", "N", "tokens per KV block", "16");
   args.AddString("max_batch_tokens", "N", "tokens in one forward step", "512");
   args.AddString("max_sessions_per_step", "N", "sessions in one forward step", "64");
+  args.AddString("long_read_tokens", "N",
+                 "a read with more tokens left than this (a long prompt) is paced", "256");
+  args.AddString("long_read_slowdown", "F",
+                 "pace long reads so that other sessions' steps take at most F times as long on "
+                 "average (0: no pacing)",
+                 "1.5");
   args.AddString("max_sessions", "N",
                  "open sessions (running and waiting); beyond: RESOURCE_EXHAUSTED", "256");
   args.AddString("wait_k", "K", "default wait-k of a session", "3");
@@ -122,7 +128,7 @@ int Run(int argc, char** argv) {
   };
   int64_t threads, kv_memory, kv_blocks, block_size, max_batch, max_per_step, max_sessions, wait_k,
       max_new, max_new_limit, max_source, max_instruction, max_chunk, max_word, max_message,
-      max_queued, drain;
+      max_queued, drain, long_read_tokens;
   if (!number("threads", 0, &threads) || !number("kv_cache_memory", 1, &kv_memory) ||
       !number("kv_blocks", 0, &kv_blocks) || !number("block_size", 1, &block_size) ||
       !number("max_batch_tokens", 1, &max_batch) ||
@@ -132,10 +138,16 @@ int Run(int argc, char** argv) {
       !number("max_new_tokens_limit", 1, &max_new_limit) ||
       !number("max_source_tokens", 1, &max_source) ||
       !number("max_instruction_bytes", 0, &max_instruction) ||
-      !number("max_chunk_words", 1, &max_chunk) ||
-      !number("max_word_bytes", 1, &max_word) || !number("max_message_bytes", 1, &max_message) ||
-      !number("max_queued_events", 1, &max_queued) || !number("drain_seconds", 0, &drain)) {
+      !number("max_chunk_words", 1, &max_chunk) || !number("max_word_bytes", 1, &max_word) ||
+      !number("max_message_bytes", 1, &max_message) ||
+      !number("max_queued_events", 1, &max_queued) || !number("drain_seconds", 0, &drain) ||
+      !number("long_read_tokens", 1, &long_read_tokens)) {
     return 2;
+  }
+  double long_read_slowdown = 0;
+  if (!absl::SimpleAtod(*args.Get("long_read_slowdown"), &long_read_slowdown) ||
+      !(long_read_slowdown == 0 || long_read_slowdown >= 1)) {
+    return Fail("--long_read_slowdown takes 0 (off) or a number >= 1", 2);
   }
   if (max_new > max_new_limit) return Fail("--max_new_tokens exceeds --max_new_tokens_limit", 2);
   if (args.Get("tls_cert").has_value() != args.Get("tls_key").has_value()) {
@@ -208,6 +220,8 @@ int Run(int argc, char** argv) {
   engine_config.kv_cache_memory = kv_memory;
   engine_config.scheduler.max_batch_tokens = max_batch;
   engine_config.scheduler.max_sessions_per_step = static_cast<int>(max_per_step);
+  engine_config.scheduler.long_read_tokens = long_read_tokens;
+  engine_config.long_read_slowdown = long_read_slowdown;
   engine_config.max_sessions = static_cast<int>(max_sessions);
   engine_config.on_step = [&metrics](int64_t tokens) { metrics.ObserveStep(tokens); };
   auto engine = engine::Engine::Create(*model, engine_config);

@@ -292,8 +292,8 @@ class StreamReactor final
   Service& service_;
   StreamRequest request_;
   std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
-  std::string partial_;  // a word cut at the end of the last text chunk
-  std::string carry_;    // a UTF-8 character cut there (its first bytes)
+  std::string partial_;                            // a word cut at the end of the last text chunk
+  std::string carry_;                              // a UTF-8 character cut there (its first bytes)
   bool source_ended_ = false;
 };
 
@@ -448,10 +448,10 @@ absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionC
                                          p.assistant().size() + p.end().size());
   }
   if (prompt_bytes > config_.max_instruction_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the instruction", config.has_prompt() ? " and prompt strings have " : " has ",
-        prompt_bytes, " bytes; this server allows at most ", config_.max_instruction_bytes,
-        " (gpeserve --max_instruction_bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the instruction", config.has_prompt() ? " and prompt strings have " : " has ",
+                     prompt_bytes, " bytes; this server allows at most ",
+                     config_.max_instruction_bytes, " (gpeserve --max_instruction_bytes)"));
   }
   if (config.has_instruction()) options.profile.instruction = config.instruction();
   if (config.has_phi()) options.profile.phi = config.phi();

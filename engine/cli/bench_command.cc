@@ -122,15 +122,21 @@ class LongPrompt {
  public:
   LongPrompt(engine::Engine& eng, engine::SessionConfig config, int64_t tokens) : eng_(eng) {
     const tokenizer::Tokenizer& tok = *eng.model().tokenizer();
-    std::string instruction;
-    for (int words = 256;; words *= 2) {
-      instruction.clear();
+    // Words of the instruction: grown until the prompt has `tokens` tokens.
+    auto prompt_tokens = [&](int words) {
+      std::string instruction;
       for (const std::string& w : BenchSource(words)) absl::StrAppend(&instruction, w, " ");
       config.options.profile.instruction = instruction;
-      if (static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size()) >= tokens) {
-        break;
-      }
+      return static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size());
+    };
+    int words = 1;
+    while (prompt_tokens(words) < tokens) words *= 2;
+    int low = words / 2;  // too few
+    while (low + 1 < words) {
+      const int middle = (low + words) / 2;
+      (prompt_tokens(middle) < tokens ? low : words) = middle;
     }
+    prompt_tokens(words);
     config.options.policy.max_new_tokens = 2;
     config_ = config;
     prompt_tokens_ = static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size());
@@ -185,9 +191,9 @@ int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
     return 1;
   }
   const double alone_ms = long_prompt.Wait();
-  std::cout << absl::StrFormat(
-      "long prompt: %d tokens, read in %.0f ms alone (%.0f tokens/s)\n",
-      long_prompt.prompt_tokens(), alone_ms, long_prompt.prompt_tokens() / (alone_ms / 1e3));
+  std::cout << absl::StrFormat("long prompt: %d tokens, read in %.0f ms alone (%.0f tokens/s)\n",
+                               long_prompt.prompt_tokens(), alone_ms,
+                               long_prompt.prompt_tokens() / (alone_ms / 1e3));
   std::cout << absl::StrFormat("%8s %8s %11s %11s %8s %11s %11s %11s %10s\n", "sessions", "rounds",
                                "p50 alone", "p50 loaded", "ratio", "p90 alone", "p90 loaded",
                                "TTFT loaded", "long read");
@@ -219,11 +225,17 @@ int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
     }
     const double read_ms = long_prompt.Wait();
     const double p50_alone = eval::Percentile(alone, 50), p50_loaded = eval::Percentile(loaded, 50);
-    std::cout << absl::StrFormat(
-        "%8d %8d %9.1fms %9.1fms %7.2fx %9.1fms %9.1fms %9.1fms %8.0fms\n", n, loaded_rounds,
-        p50_alone, p50_loaded, p50_alone > 0 ? p50_loaded / p50_alone : 0.0,
-        eval::Percentile(alone, 90), eval::Percentile(loaded, 90), eval::Percentile(ttft, 50),
-        read_ms);
+    if (loaded.empty()) {  // not one round ended while the long prompt was read
+      std::cout << absl::StrFormat("%8d %8d %9.1fms %11s %8s %9.1fms %11s %11s %8.0fms\n", n, 0,
+                                   p50_alone, "starved", "-", eval::Percentile(alone, 90), "-", "-",
+                                   read_ms);
+      continue;
+    }
+    std::cout << absl::StrFormat("%8d %8d %9.1fms %9.1fms %7.2fx %9.1fms %9.1fms %9.1fms %8.0fms\n",
+                                 n, loaded_rounds, p50_alone, p50_loaded,
+                                 p50_alone > 0 ? p50_loaded / p50_alone : 0.0,
+                                 eval::Percentile(alone, 90), eval::Percentile(loaded, 90),
+                                 eval::Percentile(ttft, 50), read_ms);
     std::cout.flush();
   }
   return 0;
@@ -259,7 +271,7 @@ int BenchCommand(int argc, char** argv, int first) {
   args.AddString("rounds", "N", "--long_prompt: rounds of short sessions per count", "5");
   args.AddString("long_read_slowdown", "F",
                  "engine: pace long reads to slow the others' steps at most F times (0: off)",
-                 "2");
+                 "1.5");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
   std::vector<int> counts;
   int words = 0, wait_k = 0, target = 0, threads = 0, block_size = 0, max_tokens = 0,
@@ -276,11 +288,12 @@ int BenchCommand(int argc, char** argv, int first) {
       !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
       !absl::SimpleAtoi(*args.Get("long_prompt"), &long_prompt) || long_prompt < 0 ||
       !absl::SimpleAtoi(*args.Get("rounds"), &rounds) || rounds < 1 ||
-      !absl::SimpleAtod(*args.Get("long_read_slowdown"), &slowdown) || slowdown < 0) {
+      !absl::SimpleAtod(*args.Get("long_read_slowdown"), &slowdown) ||
+      !(slowdown == 0 || slowdown >= 1)) {
     std::cerr << "gpe: --sessions takes positive whole numbers separated by commas; --words, "
                  "--wait_k, --target_tokens, --block_size, --max_batch_tokens, "
                  "--max_sessions_per_step, --rounds positive whole numbers; --threads, "
-                 "--long_prompt whole numbers; --long_read_slowdown a number >= 0\n";
+                 "--long_prompt whole numbers; --long_read_slowdown 0 or a number >= 1\n";
     return 2;
   }
   if (target == 0) target = 2 * words;

@@ -2,7 +2,18 @@
 // output to stdout and errors to stderr, and returns the process exit code.
 #pragma once
 
+#include <string_view>
+
 namespace gpeserve::cli {
+
+// The commands gpe-engine runs (they load a model: libtorch); gpe runs the others itself.
+inline bool IsEngineCommand(std::string_view command) {
+  for (std::string_view name : {"make-model", "default-model", "train", "logits", "bench-forward",
+                                "bench-stream", "bench", "eval"}) {
+    if (command == name) return true;
+  }
+  return false;
+}
 
 int TokenizeCommand(int argc, char** argv, int first);
 int DetokenizeCommand(int argc, char** argv, int first);

@@ -10,8 +10,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 

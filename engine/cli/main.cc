@@ -1,6 +1,15 @@
 // gpe: offline tools on the gpeserve engine, without a server.
+//
+// This binary links no libtorch, so that the commands that need no model (tokenize, score, ...)
+// start in milliseconds; the model commands live in gpe-engine, installed next to it, which
+// `gpe` runs in its own place (exec) with the same arguments.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "engine/cli/commands.h"
@@ -25,6 +34,20 @@ constexpr char kUsage[] =
     "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n"
     "  eval         run a data set through streaming sessions: BLEU, AL, LAAL\n";
 
+// Runs gpe-engine (next to this binary) with the same arguments; returns only on failure.
+int RunEngineCommand(char** argv) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::filesystem::path engine =
+      (error ? std::filesystem::path(argv[0]) : self).parent_path() / "gpe-engine";
+  ::execv(engine.c_str(), argv);
+  std::fprintf(stderr,
+               "gpe: '%s' runs the model in gpe-engine, which should be installed next to gpe "
+               "(%s): %s\n",
+               argv[1], engine.c_str(), std::strerror(errno));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,16 +60,9 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return gpeserve::cli::TokenizeCommand(argc, argv, 2);
   if (command == "detokenize") return gpeserve::cli::DetokenizeCommand(argc, argv, 2);
   if (command == "train-tokenizer") return gpeserve::cli::TrainTokenizerCommand(argc, argv, 2);
-  if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
-  if (command == "default-model") return gpeserve::cli::DefaultModelCommand(argc, argv, 2);
   if (command == "make-corpus") return gpeserve::cli::MakeCorpusCommand(argc, argv, 2);
-  if (command == "train") return gpeserve::cli::TrainCommand(argc, argv, 2);
-  if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
-  if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
-  if (command == "bench-stream") return gpeserve::cli::BenchStreamCommand(argc, argv, 2);
-  if (command == "bench") return gpeserve::cli::BenchCommand(argc, argv, 2);
   if (command == "score") return gpeserve::cli::ScoreCommand(argc, argv, 2);
-  if (command == "eval") return gpeserve::cli::EvalCommand(argc, argv, 2);
+  if (gpeserve::cli::IsEngineCommand(command)) return RunEngineCommand(argv);
   std::fprintf(stderr, "gpe: unknown command '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

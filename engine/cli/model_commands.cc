@@ -62,6 +62,7 @@ int MakeModelCommand(int argc, char** argv, int first) {
   args.AddString("intermediate_size", "N", "override: MLP width");
   args.AddString("num_heads", "N", "override: attention (query) heads");
   args.AddString("head_dim", "N", "override: width of one head");
+  args.AddString("max_position_embeddings", "N", "override: positions the model supports");
   args.AddString("num_kv_heads", "N", "override: key/value heads (= heads for MHA)");
   args.AddString("tie_word_embeddings", "true|false", "override: share embedding and LM head");
   args.AddString("rope_scaling", "none|linear|llama3", "override: rotary scaling");
@@ -95,7 +96,8 @@ int MakeModelCommand(int argc, char** argv, int first) {
   for (const auto& [flag, target] :
        {std::pair{"num_layers", &o.num_layers}, std::pair{"hidden_size", &o.hidden_size},
         std::pair{"intermediate_size", &o.intermediate_size}, std::pair{"num_heads", &o.num_heads},
-        std::pair{"head_dim", &o.head_dim}, std::pair{"num_kv_heads", &o.num_kv_heads}}) {
+        std::pair{"head_dim", &o.head_dim}, std::pair{"num_kv_heads", &o.num_kv_heads},
+        std::pair{"max_position_embeddings", &o.max_position_embeddings}}) {
     if (auto v = args.Get(flag)) {
       int64_t n;
       if (!absl::SimpleAtoi(*v, &n) || n <= 0) {

@@ -8,8 +8,8 @@ namespace {
 // Python's str.isspace for one code point.
 bool IsSpace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 // Decodes the code point at text[i]; *length is its byte length (1 for an invalid byte, whose
@@ -17,7 +17,11 @@ bool IsSpace(uint32_t c) {
 uint32_t Decode(std::string_view text, size_t i, size_t* length) {
   const auto byte = [&](size_t j) { return static_cast<unsigned char>(text[j]); };
   const unsigned char lead = byte(i);
-  size_t n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+  size_t n = lead < 0x80           ? 1
+             : (lead >> 5) == 0x6  ? 2
+             : (lead >> 4) == 0xE  ? 3
+             : (lead >> 3) == 0x1E ? 4
+                                   : 0;
   if (n == 0 || i + n > text.size()) {
     *length = 1;
     return 0xFFFFFFFF;

@@ -127,7 +127,8 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   for (const auto& [name, value] :
        {std::pair{"hidden_size", c.hidden_size},
         std::pair{"intermediate_size", c.intermediate_size}, std::pair{"num_layers", c.num_layers},
-        std::pair{"num_heads", c.num_heads}, std::pair{"head_dim", c.head_dim}}) {
+        std::pair{"num_heads", c.num_heads}, std::pair{"head_dim", c.head_dim},
+        std::pair{"max_position_embeddings", c.max_position_embeddings}}) {
     if (value <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
     }
@@ -138,7 +139,7 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   }
   c.rms_norm_eps = preset->rms_eps;
   c.rope_theta = preset->rope_theta;
-  c.max_position_embeddings = preset->max_positions;
+  c.max_position_embeddings = o.max_position_embeddings.value_or(preset->max_positions);
   c.tie_word_embeddings = o.tie_word_embeddings.value_or(preset->tied);
   const std::string rope = o.rope_scaling.value_or(preset->llama3_rope ? "llama3" : "none");
   if (rope == "llama3") {

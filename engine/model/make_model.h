@@ -30,6 +30,7 @@ struct MakeModelOptions {
   std::optional<int64_t> num_heads;
   std::optional<int64_t> head_dim;
   std::optional<int64_t> num_kv_heads;
+  std::optional<int64_t> max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
   std::optional<std::string> rope_scaling;  // none | linear | llama3
   std::optional<bool> attention_bias;       // llama / mistral only

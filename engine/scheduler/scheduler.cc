@@ -15,7 +15,7 @@ bool IsLongRead(const SchedulerConfig& config, const Candidate& c) {
 }
 
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size, bool defer_long_reads) {
+              int64_t free_blocks, int block_size, LongReadBudget long_read_budget) {
   std::vector<const Candidate*> order;
   for (const Candidate& c : candidates) order.push_back(&c);
   auto rank = [&](const Candidate* c) {
@@ -37,11 +37,16 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
     if (static_cast<int>(plan.pieces.size()) >= config.max_sessions_per_step) break;
     if (!c->runnable || preempted.contains(c->id)) continue;
     const bool long_read = IsLongRead(config, *c);
-    if (long_read && defer_long_reads && plan.pieces.size() > static_cast<size_t>(plan.long_reads)) {
-      continue;
-    }
+    // Paced: long reads share a budget, one with other pieces in the step and one without.
+    const int64_t long_budget =
+        plan.pieces.size() > static_cast<size_t>(plan.long_reads)
+            ? long_read_budget.with_others
+            : (long_read_budget.alone < 0 ? -1 : std::max<int64_t>(1, long_read_budget.alone));
+    const bool paced = long_read && long_budget >= 0;
+    if (paced && long_budget <= plan.long_read_tokens) continue;
     if (c->remaining > 0 && budget <= 0) break;
     int64_t tokens = std::min(c->remaining, budget);
+    if (paced) tokens = std::min(tokens, long_budget - plan.long_read_tokens);
     const int64_t least = std::min(c->remaining, c->min_tokens);
     if (tokens < least) {
       // Over the whole budget: alone in a step of its own; otherwise in a later step.
@@ -76,7 +81,10 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
     budget -= tokens;
     planned.insert(c->id);
     plan.pieces.push_back({c->id, tokens});
-    if (long_read) ++plan.long_reads;
+    if (long_read) {
+      ++plan.long_reads;
+      plan.long_read_tokens += tokens;
+    }
   }
   return plan;
 }

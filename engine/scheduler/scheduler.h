@@ -16,8 +16,9 @@
 //      read, earliest first, and only when their piece fits in the free blocks.
 //   3b. Long reads (a read with more than `long_read_tokens` tokens left, e.g. a prompt of
 //      thousands of tokens) come last, after admissions, so that a long prefill never keeps
-//      other sessions out; with `defer_long_reads` (the engine's pacing, see EngineConfig) they
-//      sit out a step that has other work.
+//      other sessions out; together they take at most `LongReadBudget::with_others` tokens in
+//      a step that has other pieces (0: they sit the step out) and `LongReadBudget::alone` in
+//      one that has not (the engine's pacing, see EngineConfig).
 //   4. Blocks: a running session whose piece needs blocks that are not free preempts by
 //      recompute the most recently admitted running session not planned in this step (itself,
 //      when it is that one): the victim's blocks are freed and it waits for re-admission.
@@ -60,6 +61,7 @@ struct Plan {
   std::vector<int64_t> preempted;  // free these sessions' blocks first, in this order
   std::vector<Piece> pieces;       // then run these
   int long_reads = 0;              // pieces of them that are long reads
+  int64_t long_read_tokens = 0;    // and their tokens
 };
 
 // Blocks a piece of `tokens` needs given `free_slots` in the current last block.
@@ -68,8 +70,13 @@ int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size);
 // Whether `c` is a long read under `config`.
 bool IsLongRead(const SchedulerConfig& config, const Candidate& c);
 
-// `defer_long_reads`: leave long reads out of a step that has other pieces.
+// Tokens the long reads of one step may take together (-1: no limit).
+struct LongReadBudget {
+  int64_t with_others = -1;  // in a step with other pieces; 0: none
+  int64_t alone = -1;        // in a step without (at least 1 when set)
+};
+
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size, bool defer_long_reads = false);
+              int64_t free_blocks, int block_size, LongReadBudget long_read_budget = {});
 
 }  // namespace gpeserve::scheduler

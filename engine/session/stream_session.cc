@@ -108,15 +108,15 @@ absl::Status StreamSession::AddWords(std::span<const std::string> words) {
 
 absl::Status StreamSession::CheckSourceLength() const {
   if (options_.max_source_tokens > 0 && source_length_ > options_.max_source_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt and source are longer than ", options_.max_source_tokens,
-        " tokens, the server's limit (max_source_tokens; the prompt alone has ",
-        segments_[0].size() + end_tokens_.size(), "); start a new session"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt and source are longer than ", options_.max_source_tokens,
+                     " tokens, the server's limit (max_source_tokens; the prompt alone has ",
+                     segments_[0].size() + end_tokens_.size(), "); start a new session"));
   }
   if (options_.max_positions > 0 && source_length_ > options_.max_positions) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt and source are longer than the model's ", options_.max_positions,
-        " positions (max_position_embeddings); start a new session"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt and source are longer than the model's ", options_.max_positions,
+                     " positions (max_position_embeddings); start a new session"));
   }
   return absl::OkStatus();
 }

@@ -203,9 +203,8 @@ TEST_F(ServerTest, CompatReferenceSessionsEqualOfflineRuns) {
     if (i % 2 == 0) configs[i].set_compat(v1::SessionConfig::COMPAT_REFERENCE);
   }
   for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = client::RunSession(*stub_, connect_, configs[i], sources[i], 300);
-    });
+    threads.emplace_back(
+        [&, i] { results[i] = client::RunSession(*stub_, connect_, configs[i], sources[i], 300); });
   }
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < 4; ++i) {
@@ -234,12 +233,12 @@ TEST_F(ServerTest, TextChunksKeepCutCharactersWhole) {
   config.set_wait_k(2);
   std::vector<v1::StreamResponse> responses;
   // "naïve café 東京": ï, é and 東 each cut inside their bytes.
-  const grpc::Status status = Exchange(
-      *stub_,
-      {ConfigRequest(config), TextRequest("na\xc3"), TextRequest("\xafve caf\xc3"),
-       TextRequest("\xa9 \xe6"), TextRequest("\x9d"), TextRequest("\xb1\xe4\xba\xac"),
-       EndRequest()},
-      &responses);
+  const grpc::Status status =
+      Exchange(*stub_,
+               {ConfigRequest(config), TextRequest("na\xc3"), TextRequest("\xafve caf\xc3"),
+                TextRequest("\xa9 \xe6"), TextRequest("\x9d"), TextRequest("\xb1\xe4\xba\xac"),
+                EndRequest()},
+               &responses);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_TRUE(responses.back().has_done());
   const session::SessionResult alone = Alone(config, {"naïve", "café", "東京"});
@@ -289,9 +288,8 @@ TEST_F(ServerTest, ValidationErrorsAndOthersUnaffected) {
   // The prompt counts against max_source_tokens: room for it and 40 tokens of source.
   const policy::Profile profile = *policy::LoadProfile("qwen2.5");
   const auto tokenizer = testing::TinyChatModel(7)->tokenizer();
-  const int64_t prompt =
-      static_cast<int64_t>(tokenizer->Encode(profile.Prefix())->size() +
-                           tokenizer->Encode(profile.end)->size());
+  const int64_t prompt = static_cast<int64_t>(tokenizer->Encode(profile.Prefix())->size() +
+                                              tokenizer->Encode(profile.end)->size());
   ServiceConfig config;
   config.max_chunk_words = 5;
   config.max_source_tokens = prompt + 40;

@@ -95,12 +95,14 @@ def main():
         shaped = os.path.join(tmp, "shaped")
         rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", shaped,
                           "--num_layers", "3", "--hidden_size", "48", "--intermediate_size", "80",
-                          "--num_heads", "6", "--head_dim", "8", "--num_kv_heads", "3"])
+                          "--num_heads", "6", "--head_dim", "8", "--num_kv_heads", "3",
+                          "--max_position_embeddings", "9000"])
         check("make-model with shape overrides", rc == 0, err)
         if rc == 0:
             config = json.load(open(os.path.join(shaped, "config.json")))
             want = {"num_hidden_layers": 3, "hidden_size": 48, "intermediate_size": 80,
-                    "num_attention_heads": 6, "head_dim": 8, "num_key_value_heads": 3}
+                    "num_attention_heads": 6, "head_dim": 8, "num_key_value_heads": 3,
+                    "max_position_embeddings": 9000}
             check("overrides in config.json", all(config.get(k) == v for k, v in want.items()),
                   config)
             with open(os.path.join(shaped, "model.safetensors"), "rb") as f:

@@ -20,10 +20,14 @@ TEST(WordsTest, SplitsLikePythonStrSplit) {
   EXPECT_EQ(Words(" \t\n "), std::vector<std::string>{});
   EXPECT_EQ(Words("assistant\nDas ist gut."),
             (std::vector<std::string>{"assistant", "Das", "ist", "gut."}));
-  EXPECT_EQ(Words("  a\t\tb\r\nc\x0b" "d\x0c" "e\x1c" "f "),
+  EXPECT_EQ(Words("  a\t\tb\r\nc\x0b"
+                  "d\x0c"
+                  "e\x1c"
+                  "f "),
             (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
   // No-break space, ideographic space, line separator, narrow no-break space: separators.
-  EXPECT_EQ(Words("a\u00a0b\u3000c\u2028d\u202f" "e"),
+  EXPECT_EQ(Words("a\u00a0b\u3000c\u2028d\u202f"
+                  "e"),
             (std::vector<std::string>{"a", "b", "c", "d", "e"}));
   // Zero-width space and word joiner are not whitespace in Python; accents stay inside words.
   EXPECT_EQ(Words("a\u200bb \u00fcber\u2060x"),
@@ -31,7 +35,11 @@ TEST(WordsTest, SplitsLikePythonStrSplit) {
 }
 
 TEST(WordsTest, InvalidBytesStayInsideWords) {
-  EXPECT_EQ(Words("a\xff" "b c\xc2"), (std::vector<std::string>{"a\xff" "b", "c\xc2"}));
+  EXPECT_EQ(Words("a\xff"
+                  "b c\xc2"),
+            (std::vector<std::string>{"a\xff"
+                                      "b",
+                                      "c\xc2"}));
 }
 
 }  // namespace

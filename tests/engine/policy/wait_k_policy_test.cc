@@ -295,7 +295,8 @@ TEST_F(PolicyTest, ReferenceLagLimitKeepsTheDiscardedToken) {
   WaitKPolicy p = Make(Reference({.wait_k = 1, .max_lag_words = 1}));
   // W3 -> " D"; W1 -> " D" (discarded, delay 1, 1 - 2 units); R2; then three rounds of
   // (re-write " D", next " D" discarded): delays 2, 2, 2 -> 4 - 2 > 1 ends it on the third.
-  EXPECT_EQ(Drive(p, std::vector<int32_t>(40, Id("\u0120D")), 1), "R0 R1 W3 W1 R2 W1 W1 W1 W1 W1 W1");
+  EXPECT_EQ(Drive(p, std::vector<int32_t>(40, Id("\u0120D")), 1),
+            "R0 R1 W3 W1 R2 W1 W1 W1 W1 W1 W1");
   EXPECT_EQ(p.done_reason(), DoneReason::kMaxLag);
   EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 2, 2}));
   EXPECT_EQ(p.output().size(), 5u);

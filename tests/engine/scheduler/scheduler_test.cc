@@ -48,9 +48,8 @@ TEST(SchedulerTest, BlocksFor) {
 // Writes come first, then reads; a read larger than what is left of the budget is cut
 // (chunked prefill), and a read after it gets nothing this step.
 TEST(SchedulerTest, WritesFirstThenChunkedReads) {
-  const Plan plan =
-      Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
-               {Read(1, 0, 200), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
+  const Plan plan = Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
+                             {Read(1, 0, 200), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
   ASSERT_EQ(plan.pieces.size(), 3u);
   EXPECT_EQ(plan.pieces[0].id, 2);
   EXPECT_EQ(plan.pieces[1].id, 4);
@@ -60,25 +59,39 @@ TEST(SchedulerTest, WritesFirstThenChunkedReads) {
 }
 
 // A long read (more than long_read_tokens left) comes after every other read and after the
-// admission of new sessions, so a long prompt never keeps others out; deferred, it sits out a
-// step that has other work, and runs alone at full budget when nobody else has any.
+// admission of new sessions, so a long prompt never keeps others out; paced, it takes at most
+// the long-read budget for a step that has other work (none: it sits the step out), and its
+// budget alone (at least one token) when nobody else has any.
 TEST(SchedulerTest, LongReadsComeLastAndCanBeDeferred) {
   Candidate newcomer = Read(5, 9, 30);
   newcomer.admitted = false;
   newcomer.blocks_held = 0;
-  const SchedulerConfig config{.max_batch_tokens = 100, .max_sessions_per_step = 8,
-                               .long_read_tokens = 256};
+  const SchedulerConfig config{
+      .max_batch_tokens = 100, .max_sessions_per_step = 8, .long_read_tokens = 256};
   const std::vector<Candidate> all = {Read(1, 0, 8000), Write(2, 1), Read(3, 2, 50), newcomer};
   Plan plan = Schedule(config, all, 1000, 16);
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}, {1, 19}}));
   EXPECT_EQ(plan.pieces.back().id, 1);
   EXPECT_EQ(plan.long_reads, 1);
-  plan = Schedule(config, all, 1000, 16, /*defer_long_reads=*/true);
+  EXPECT_EQ(plan.long_read_tokens, 19);
+  plan = Schedule(config, all, 1000, 16, {.with_others = 0});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}}));
   EXPECT_EQ(plan.long_reads, 0);
-  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, /*defer_long_reads=*/true);
+  plan = Schedule(config, all, 1000, 16, {.with_others = 7, .alone = 3});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}, {1, 7}}));
+  // Two long reads share the budget.
+  plan = Schedule(config, {Write(2, 1), Read(1, 0, 8000), Read(6, 3, 900)}, 1000, 16,
+                  {.with_others = 10});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {1, 10}}));
+  EXPECT_EQ(plan.long_read_tokens, 10);
+  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, {.with_others = 0});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 100}}));
   EXPECT_EQ(plan.long_reads, 1);
+  plan = Schedule(config, {Read(1, 0, 8000), Read(6, 3, 900)}, 1000, 16,
+                  {.with_others = 0, .alone = 40});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 40}}));
+  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, {.with_others = 0, .alone = 0});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));
   EXPECT_TRUE(IsLongRead(config, Read(1, 0, 257)));
   EXPECT_FALSE(IsLongRead(config, Read(1, 0, 256)));
   EXPECT_FALSE(IsLongRead(config, Write(1, 0)));
@@ -131,7 +144,9 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
     }
     config.long_read_tokens = 1 + static_cast<int64_t>(rng() % 40);
     const int64_t free = rng() % 6;
-    const Plan plan = Schedule(config, cs, free, 4, /*defer_long_reads=*/rng() % 2 == 0);
+    const int64_t long_budget = static_cast<int64_t>(rng() % 12) - 1;
+    const Plan plan =
+        Schedule(config, cs, free, 4, {long_budget, static_cast<int64_t>(rng() % 12) - 1});
     int64_t tokens = 0, blocks = 0, freed = 0;
     std::set<int64_t> seen;
     for (int64_t id : plan.preempted) {
@@ -140,6 +155,7 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
       EXPECT_TRUE(seen.insert(id).second);
     }
     int long_reads = 0;
+    int64_t long_tokens = 0;
     for (const Piece& p : plan.pieces) {
       EXPECT_TRUE(seen.insert(p.id).second) << "session planned twice or preempted and run";
       EXPECT_TRUE(cs[p.id].runnable);
@@ -147,9 +163,18 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
       EXPECT_GE(p.tokens, std::min(cs[p.id].remaining, cs[p.id].min_tokens)) << "cut too small";
       tokens += p.tokens;
       blocks += BlocksFor(p.tokens, cs[p.id].free_slots, 4);
-      long_reads += IsLongRead(config, cs[p.id]) ? 1 : 0;
+      if (IsLongRead(config, cs[p.id])) {
+        ++long_reads;
+        long_tokens += p.tokens;
+      }
     }
     EXPECT_EQ(plan.long_reads, long_reads);
+    EXPECT_EQ(plan.long_read_tokens, long_tokens);
+    // Paced long reads stay within their budget when the step has other pieces.
+    if (long_budget >= 0 && plan.pieces.size() > static_cast<size_t>(long_reads) &&
+        long_reads > 0 && !IsLongRead(config, cs[plan.pieces[0].id])) {
+      EXPECT_LE(long_tokens, long_budget);
+    }
     // Over the budget only as a single piece that may not be cut smaller.
     if (tokens > config.max_batch_tokens) {
       std::vector<Piece> nonempty;

@@ -34,9 +34,8 @@ NaiveResult NaiveRun(const model::Model& m, const SessionOptions& options,
   if (paradigm == Paradigm::kBatch) config.wait_k = 1 << 30;
   const std::vector<int32_t> header = *tok.Encode(options.profile.assistant);
   // The reference code feeds its header as one block without a mask (docs/GPE.md 8 rule 1).
-  const int64_t block = options.policy.compat == policy::Compat::kReference
-                            ? static_cast<int64_t>(header.size())
-                            : 0;
+  const int64_t block =
+      options.policy.compat == policy::Compat::kReference ? static_cast<int64_t>(header.size()) : 0;
   policy::WaitKPolicy p(config, tok, header, eos, options.profile.end);
   for (size_t u = 1; u + 1 < segments.size(); ++u) p.AddSourceUnit();
   p.EndSource();
@@ -181,10 +180,9 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
                                  : RunWithPreemption(f, **session, rng, 0.15, 7);
         ASSERT_TRUE(result.ok()) << result.status();
         const NaiveResult naive = NaiveRun(*f.m, options, segments);
-        const std::string where = "seed " + std::to_string(seed) + " paradigm " +
-                                  std::string(ParadigmName(paradigm)) + " compat " +
-                                  policy::CompatName(variant.compat) + " trial " +
-                                  std::to_string(trial);
+        const std::string where =
+            "seed " + std::to_string(seed) + " paradigm " + std::string(ParadigmName(paradigm)) +
+            " compat " + policy::CompatName(variant.compat) + " trial " + std::to_string(trial);
         EXPECT_EQ(result->output, naive.output) << where;
         EXPECT_EQ((*session)->delays(), naive.delays) << where;
         EXPECT_FALSE(result->output.empty()) << where;
