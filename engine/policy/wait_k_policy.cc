@@ -196,13 +196,17 @@ WaitKPolicy::TokenOutcome WaitKPolicy::OnTokenMethod(int32_t token) {
 // more; rule d counts tokens since the last read; the 100-word limit is checked at each stop.
 WaitKPolicy::TokenOutcome WaitKPolicy::OnTokenReference(int32_t token) {
   TokenOutcome outcome;
+  write_tokens_.push_back(token);
   if (IsEos(token)) {
-    if (EndsTurn(token)) delays_.push_back(Delay());
+    // It ends the target; it is a stop too (a delay) when it ends the turn, or when rule a or
+    // the cap would stop here anyway.
+    if (EndsTurn(token) || StartsNewWord() || since_read_ >= config_.max_write_tokens) {
+      delays_.push_back(Delay());
+    }
     pending_.clear();
     done_ = DoneReason::kEndOfSequence;
     return outcome;
   }
-  write_tokens_.push_back(token);
   const bool new_word = StartsNewWord();
   const bool discard = new_word && write_tokens_.size() >= 2;
   const bool stop = new_word || IsTerminatingPunctuation(token, /*exact=*/true) ||

@@ -288,6 +288,25 @@ TEST_F(PolicyTest, ReferenceCapCountsSinceTheLastRead) {
   EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 2, 2, 2}));
 }
 
+// In the reference code an end-of-sequence token is a stop like any other: past the cap it
+// records a delay even when it does not end the turn (the method records none for it).
+TEST_F(PolicyTest, ReferenceEndOfSequencePastTheCapRecordsADelay) {
+  const int32_t plain_eos = 'x';
+  for (const Compat compat : {Compat::kNone, Compat::kReference}) {
+    WaitKPolicy p(PolicyConfig{.wait_k = 1, .max_write_tokens = 2, .compat = compat}, *tokenizer_,
+                  kHeader, {kEos, plain_eos}, "<|im_end|>\n");
+    p.AddSourceUnit();
+    p.EndSource();
+    for (int i = 0; i < 3; ++i) p.OnRead();  // prefix, the word, the end
+    p.OnToken('a');
+    p.OnToken('b');  // the cap: a delay in the reference code
+    p.OnToken(plain_eos);
+    EXPECT_EQ(p.done_reason(), DoneReason::kEndOfSequence);
+    EXPECT_EQ(p.delays(),
+              compat == Compat::kReference ? (std::vector<int64_t>{2, 2}) : std::vector<int64_t>{});
+  }
+}
+
 // Rule 5: with max_lag_words = 1 and one word (2 units), the limit is checked at every stop
 // against the units read after that stop's read; the stop that crosses it is a discard, and
 // the discarded token stays in the output.
