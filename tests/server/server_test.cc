@@ -225,26 +225,34 @@ TEST_F(ServerTest, CompatReferenceSessionsEqualOfflineRuns) {
   EXPECT_TRUE(AllBlocksFree());
 }
 
-// A UTF-8 character cut across text chunks is put back together, as a cut word is; a text that
-// ends inside a character is refused.
-TEST_F(ServerTest, TextChunksKeepCutCharactersWhole) {
+// Text chunks are split on whitespace; a word, and a UTF-8 character, cut across two chunks
+// stays whole; a text that ends inside a character is refused.
+TEST_F(ServerTest, TextChunksKeepCutWordsAndCharactersWhole) {
   Start();
   v1::SessionConfig config;
   config.set_wait_k(2);
-  std::vector<v1::StreamResponse> responses;
-  // "naïve café 東京": ï, é and 東 each cut inside their bytes.
-  const grpc::Status status =
-      Exchange(*stub_,
-               {ConfigRequest(config), TextRequest("na\xc3"), TextRequest("\xafve caf\xc3"),
-                TextRequest("\xa9 \xe6"), TextRequest("\x9d"), TextRequest("\xb1\xe4\xba\xac"),
-                EndRequest()},
-               &responses);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_TRUE(responses.back().has_done());
-  const session::SessionResult alone = Alone(config, {"naïve", "café", "東京"});
-  const v1::SessionDone& done = responses.back().done();
-  EXPECT_EQ(std::vector<int32_t>(done.ids().begin(), done.ids().end()), alone.output);
-  EXPECT_EQ(done.source_units(), 4);
+  const std::vector<std::pair<std::vector<v1::StreamRequest>, std::vector<std::string>>> cases = {
+      {{TextRequest("the do"), TextRequest("g sees "), TextRequest("a\tbig\n"), TextRequest("cat")},
+       {"the", "dog", "sees", "a", "big", "cat"}},
+      // "naïve café 東京": ï, é and 東 each cut inside their bytes.
+      {{TextRequest("na\xc3"), TextRequest("\xafve caf\xc3"), TextRequest("\xa9 \xe6"),
+        TextRequest("\x9d"), TextRequest("\xb1\xe4\xba\xac")},
+       {"naïve", "café", "東京"}},
+  };
+  for (const auto& [chunks, words] : cases) {
+    std::vector<v1::StreamRequest> requests = {ConfigRequest(config)};
+    requests.insert(requests.end(), chunks.begin(), chunks.end());
+    requests.push_back(EndRequest());
+    std::vector<v1::StreamResponse> responses;
+    const grpc::Status status = Exchange(*stub_, requests, &responses);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_FALSE(responses.empty());
+    ASSERT_TRUE(responses.back().has_done());
+    const v1::SessionDone& done = responses.back().done();
+    EXPECT_EQ(std::vector<int32_t>(done.ids().begin(), done.ids().end()),
+              Alone(config, words).output);
+    EXPECT_EQ(done.source_units(), static_cast<int64_t>(words.size()) + 1);
+  }
   for (const auto& requests : std::vector<std::vector<v1::StreamRequest>>{
            {ConfigRequest(config), TextRequest("caf\xc3"), EndRequest()},
            {ConfigRequest(config), TextRequest("caf\xc3"), WordsRequest({"x"})},
@@ -260,27 +268,6 @@ TEST_F(ServerTest, TextChunksKeepCutCharactersWhole) {
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bad.error_message().find("not valid UTF-8"), std::string::npos);
   EXPECT_TRUE(AllBlocksFree());
-}
-
-// Text chunks are split on whitespace and a word cut across two chunks stays whole.
-TEST_F(ServerTest, TextChunksKeepCutWordsWhole) {
-  Start();
-  v1::SessionConfig config;
-  config.set_wait_k(2);
-  std::vector<v1::StreamResponse> responses;
-  const grpc::Status status =
-      Exchange(*stub_,
-               {ConfigRequest(config), TextRequest("the do"), TextRequest("g sees "),
-                TextRequest("a\tbig\n"), TextRequest("cat"), EndRequest()},
-               &responses);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_FALSE(responses.empty());
-  ASSERT_TRUE(responses.back().has_done());
-  const session::SessionResult alone = Alone(config, {"the", "dog", "sees", "a", "big", "cat"});
-  EXPECT_EQ(std::vector<int32_t>(responses.back().done().ids().begin(),
-                                 responses.back().done().ids().end()),
-            alone.output);
-  EXPECT_EQ(responses.back().done().source_units(), 7);
 }
 
 // Every bad request gets its status and message; a good session running meanwhile is intact.
