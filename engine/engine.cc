@@ -344,13 +344,16 @@ void Engine::Impl::Loop(const model::Model& model) {
       c.runnable = s.state() == session::StreamSession::State::kRunnable;
       if (!c.runnable && !live->admitted) continue;
       c.admitted = live->admitted;
-      c.write = c.runnable && s.NextSamples();
-      c.remaining = c.runnable ? s.RemainingTokens() : 0;
-      c.min_tokens = c.runnable ? s.MinPieceTokens() : 1;
+      if (c.runnable) {
+        const session::StreamSession::PieceNeeds needs = s.NextPieceNeeds(bs);
+        c.write = needs.samples;
+        c.remaining = needs.remaining;
+        c.min_tokens = needs.min_tokens;
+        c.free_slots = needs.free_slots;
+      }
       c.admit_order = live->order;
       c.last_served = live->last_served;
       c.blocks_held = s.blocks_held();
-      c.free_slots = c.runnable ? s.FreeSlots(bs) : 0;
       candidates.push_back(c);
     }
     if (candidates.empty()) {

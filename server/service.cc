@@ -495,12 +495,7 @@ absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionC
     case v1::SessionConfig::COMPAT_NONE:
       options.policy.compat = policy::Compat::kNone;
       break;
-    case v1::SessionConfig::COMPAT_REFERENCE:
-      if (options.paradigm != session::Paradigm::kGpe) {
-        return absl::InvalidArgumentError(
-            batch ? "compat REFERENCE applies to Stream sessions, not to Generate"
-                  : "compat REFERENCE applies to the gpe paradigm only");
-      }
+    case v1::SessionConfig::COMPAT_REFERENCE:  // gpe sessions only: the session checks
       options.policy.compat = policy::Compat::kReference;
       break;
     default:

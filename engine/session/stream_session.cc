@@ -169,41 +169,18 @@ const StreamSession::Feed* StreamSession::CurrentFeed() const {
   return feed_.active ? &feed_ : nullptr;
 }
 
-int64_t StreamSession::RemainingTokens() const {
-  if (const Feed* feed = CurrentFeed()) {
-    return static_cast<int64_t>(feed->tokens.size() - feed->offset);
-  }
-  return static_cast<int64_t>(NextFeed().tokens.size());
-}
-
-int64_t StreamSession::BlocksNeeded(int64_t max_tokens, int block_size) const {
+StreamSession::PieceNeeds StreamSession::NextPieceNeeds(int block_size) const {
   const Feed* current = CurrentFeed();
   const Feed next = current == nullptr ? NextFeed() : Feed{};
   const Feed& feed = current != nullptr ? *current : next;
-  const int64_t n =
-      std::min<int64_t>(max_tokens, static_cast<int64_t>(feed.tokens.size() - feed.offset));
-  return (feed.to_target ? target_ : source_).BlocksNeeded(n, block_size);
-}
-
-bool StreamSession::NextSamples() const {
-  if (const Feed* feed = CurrentFeed()) return feed->write;
-  return NextFeed().write;
-}
-
-int64_t StreamSession::MinPieceTokens() const {
-  const Feed* current = CurrentFeed();
-  const Feed next = current == nullptr ? NextFeed() : Feed{};
-  const Feed& feed = current != nullptr ? *current : next;
-  if (feed.offset < feed.block) return static_cast<int64_t>(feed.block - feed.offset);
-  return std::min<int64_t>(1, static_cast<int64_t>(feed.tokens.size() - feed.offset));
-}
-
-int64_t StreamSession::FreeSlots(int block_size) const {
-  const Feed* current = CurrentFeed();
-  const bool to_target = current != nullptr ? current->to_target : NextFeed().to_target;
-  const kv::BlockTable& table = to_target ? target_ : source_;
-  const int64_t capacity = static_cast<int64_t>(table.blocks().size()) * block_size;
-  return capacity - table.num_tokens();
+  PieceNeeds needs;
+  needs.remaining = static_cast<int64_t>(feed.tokens.size() - feed.offset);
+  needs.samples = feed.write;
+  needs.min_tokens = feed.offset < feed.block ? static_cast<int64_t>(feed.block - feed.offset)
+                                              : std::min<int64_t>(1, needs.remaining);
+  const kv::BlockTable& table = feed.to_target ? target_ : source_;
+  needs.free_slots = static_cast<int64_t>(table.blocks().size()) * block_size - table.num_tokens();
+  return needs;
 }
 
 int64_t StreamSession::blocks_held() const {

@@ -114,19 +114,16 @@ class StreamSession {
     kDone,      // over: see result accessors
   };
   State state() const;
-  // Tokens the current (or next) piece of work still has to compute, whole; 0 for a read of an
-  // empty segment. Meaningful when runnable.
-  int64_t RemainingTokens() const;
-  // Whether the current (or next) piece of work samples a token at its end.
-  bool NextSamples() const;
-  // The fewest tokens the current (or next) piece may be cut to (a non-causal block is never
-  // cut); Prepare takes at least this many whatever its budget.
-  int64_t MinPieceTokens() const;
-  // Token slots left in the last block of the group the current (or next) piece writes into.
-  int64_t FreeSlots(int block_size) const;
-  // Blocks Prepare(max_tokens) would take from the allocator (an upper bound: shared prefix
-  // blocks may make it less).
-  int64_t BlocksNeeded(int64_t max_tokens, int block_size) const;
+  // What the current (or next) piece of work needs, for the scheduler. Meaningful when
+  // runnable.
+  struct PieceNeeds {
+    int64_t remaining = 0;   // tokens it still has to compute, whole (0: an empty read)
+    bool samples = false;    // it samples a token at its end
+    int64_t min_tokens = 1;  // the fewest tokens it may be cut to (a non-causal block is never
+                             // cut: Prepare takes at least this many whatever its budget)
+    int64_t free_slots = 0;  // token slots left in the last block of the group it writes into
+  };
+  PieceNeeds NextPieceNeeds(int block_size) const;
   // The next piece of work, at most `max_tokens` tokens (>= 1), with its blocks reserved.
   // ResourceExhausted when the allocator is short (the session is unchanged). REQUIRES:
   // runnable, and the previous piece completed.

@@ -150,6 +150,13 @@ TEST_F(ServerTest, ValidationErrorsAndOthersUnaffected) {
            with([](auto& c) { c.set_compat(static_cast<v1::SessionConfig::Compat>(7)); }))},
        grpc::StatusCode::INVALID_ARGUMENT,
        "unknown compat 7"},
+      {"compat REFERENCE with another paradigm",
+       {ConfigRequest(with([](auto& c) {
+         c.set_compat(v1::SessionConfig::COMPAT_REFERENCE);
+         c.set_paradigm(v1::SessionConfig::PARADIGM_REENCODE);
+       }))},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "does not apply to the reencode paradigm"},
   };
   for (const Case& c : cases) {
     const grpc::Status status = Exchange(*stub_, c.requests);
