@@ -138,11 +138,8 @@ int64_t Engine::total_blocks() const { return impl_->allocator->total_blocks(); 
 
 EngineInfo Engine::info() const {
   const model::ModelConfig& c = model_->config();
-  const torch::ScalarType dtype = model_->dtype();
   return {.architecture = c.architecture_name,
-          .dtype = dtype == torch::kFloat32    ? "fp32"
-                   : dtype == torch::kBFloat16 ? "bf16"
-                                               : "fp16",
+          .dtype = model_->weight_dtype_name(),
           .device = model_->device().is_cuda() ? "cuda" : "cpu",
           .vocab_size = c.vocab_size,
           .kv_blocks = impl_->allocator->total_blocks(),

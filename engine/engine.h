@@ -51,7 +51,7 @@ struct EngineConfig {
 // What the engine serves, for listings and logs.
 struct EngineInfo {
   std::string architecture;  // e.g. Qwen2ForCausalLM
-  std::string dtype;         // fp32, bf16, fp16
+  std::string dtype;         // the weights as served: fp32, bf16, fp16, int8
   std::string device;        // cpu, cuda
   int64_t vocab_size = 0;
   int64_t kv_blocks = 0;

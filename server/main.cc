@@ -85,7 +85,7 @@ int Run(int argc, char** argv) {
   args.AddString("metrics_listen", "HOST:PORT", "Prometheus /metrics address; 'none': off",
                  "127.0.0.1:9090");
   args.AddString("device", "cpu|cuda", "device", "cpu");
-  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "fp32");
+  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
   args.AddString("threads", "N", "CPU threads for the model (0 = all cores)", "0");
   args.AddString("kv_cache_memory", "BYTES", "KV cache size when --kv_blocks is 0", "1073741824");
   args.AddString("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", "0");
@@ -206,6 +206,7 @@ int Run(int argc, char** argv) {
   }
   if (!model.ok()) return Fail(std::string(model.status().message()));
   if ((*model)->tokenizer() == nullptr) return Fail(model_dir + ": no tokenizer.json");
+  std::cout << "gpeserve: " << (*model)->kernel_path() << std::endl;
 
   // Metrics and the engine.
   Metrics metrics(service_config.model_name);

@@ -262,7 +262,7 @@ int BenchCommand(int argc, char** argv, int first) {
   args.AddString("words", "N", "source words per session", "40");
   args.AddString("wait_k", "K", "source words read before the first write", "3");
   args.AddString("target_tokens", "N", "target tokens per session (default: 2 per word)");
-  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
+  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
   args.AddString("block_size", "N", "tokens per KV block", "16");
   args.AddString("max_batch_tokens", "N", "tokens in one forward pass", "512");
@@ -333,7 +333,7 @@ int BenchCommand(int argc, char** argv, int first) {
       "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
       "session; max_batch_tokens %d; CPU %s\n",
       c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
-      *args.Get("dtype"),
+      m->weight_dtype_name(),
       threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
       target, max_tokens, CpuName());
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {

@@ -1,16 +1,21 @@
-// gpe bench-forward: decode-step and prefill time of a model on this machine, next to the
-// memory roofline measured in the same run.
+// gpe bench-forward: decode-step and prefill time of a model in each serving dtype on this
+// machine, next to the memory roofline measured in the same run, with the ratios the CPU
+// kernels are judged by (docs/model.md): each dtype's decode speed against fp32's, a decode
+// step of several rows against one row, all threads against fewer, prefill against fp32's.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "engine/cli/args.h"
+#include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
@@ -34,29 +39,64 @@ double MedianSeconds(int runs, Fn fn) {
   return times[times.size() / 2];
 }
 
+// Bytes one decode step reads: every weight once, but only one row of an untied embedding.
+int64_t DecodeBytes(const model::Model& m) {
+  const model::ModelConfig& c = m.config();
+  const model::Matrix& embed = m.weights().embed;
+  const int64_t embed_bytes = embed.data.numel() * embed.data.element_size() +
+                              (embed.scale.defined() ? embed.scale.numel() * 4 : 0);
+  return m.weight_bytes() -
+         (c.tie_word_embeddings ? 0 : embed_bytes - c.hidden_size * embed.data.element_size());
+}
+
+struct Timings {
+  std::map<int, double> decode_s;  // by rows
+  double decode_fewer_threads_s = 0;
+  double prefill_s = 0;
+  int64_t decode_bytes = 0;
+  std::string kernel_path;
+};
+
 }  // namespace
 
 int BenchForwardCommand(int argc, char** argv, int first) {
   Args args("gpe bench-forward (--preset NAME | --model DIR) [options]",
-            "Times a single-token decode step (with --context cached tokens) and a prefill of\n"
-            "--prefill tokens, and compares the decode step with the memory roofline: the\n"
-            "weight bytes one step reads divided by the copy bandwidth measured in this run.");
+            "Times decode steps of --rows rows (each attending to --context cached tokens) and\n"
+            "a prefill of --prefill tokens in every dtype of --dtypes, and compares them with\n"
+            "the memory roofline (the bytes a decode step reads over the bandwidth measured in\n"
+            "this run), with fp32, with one row and with --fewer_threads threads. A --preset\n"
+            "model is written once with bf16 weights, so every dtype serves the same values.");
   args.AddString("preset", "NAME", "make a random-weight model of this preset (qwen2.5-0.5b, ...)");
   args.AddString("arch", "qwen2|llama|mistral", "architecture for --preset", "qwen2");
   args.AddString("model", "DIR", "an existing model folder instead of --preset");
-  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
+  args.AddString("dtypes", "LIST", "serving dtypes to compare (fp32 first: the baseline)",
+                 "fp32,bf16,fp16,int8");
+  args.AddString("rows", "LIST", "rows per decode step (the first is the baseline)", "1,8");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("context", "N", "cached tokens the decode step attends to", "128");
+  args.AddString("fewer_threads", "N", "also time 1-row decode with N threads (0 = skip)", "1");
+  args.AddString("context", "N", "cached tokens each decode row attends to", "128");
   args.AddString("prefill", "N", "tokens in the prefill", "512");
   args.AddString("runs", "N", "timed runs (median)", "10");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  int threads = 0, context = 0, prefill = 0, runs = 0;
+  int threads = 0, fewer_threads = 0, context = 0, prefill = 0, runs = 0;
+  std::vector<int> rows;
   if (!absl::SimpleAtoi(*args.Get("threads"), &threads) ||
+      !absl::SimpleAtoi(*args.Get("fewer_threads"), &fewer_threads) ||
       !absl::SimpleAtoi(*args.Get("context"), &context) ||
       !absl::SimpleAtoi(*args.Get("prefill"), &prefill) ||
-      !absl::SimpleAtoi(*args.Get("runs"), &runs) || context < 0 || prefill < 1 || runs < 1) {
-    std::cerr << "gpe: --threads, --context, --prefill and --runs take whole numbers\n";
+      !absl::SimpleAtoi(*args.Get("runs"), &runs) || context < 0 || prefill < 1 || runs < 1 ||
+      fewer_threads < 0 || !ParsePositiveList(*args.Get("rows"), &rows)) {
+    std::cerr << "gpe: --threads, --fewer_threads, --context, --prefill, --runs and --rows take "
+                 "whole numbers\n";
     return 2;
+  }
+  const std::vector<std::string> dtypes = absl::StrSplit(*args.Get("dtypes"), ',');
+  for (const std::string& d : dtypes) {
+    if (!model::ParseServingDtype(d).ok()) {
+      std::cerr << "gpe: --dtypes: unknown dtype '" << d << "' (" << model::kServingDtypeChoices
+                << ")\n";
+      return 2;
+    }
   }
   std::string dir;
   std::filesystem::path temp;
@@ -67,9 +107,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
     model::MakeModelOptions o;
     o.arch = *args.Get("arch");
     o.preset = *preset;
-    o.dtype = *args.Get("dtype") == "fp32"   ? model::DType::kF32
-              : *args.Get("dtype") == "fp16" ? model::DType::kF16
-                                             : model::DType::kBF16;
+    o.dtype = model::DType::kBF16;
     std::cerr << "gpe: writing a random " << *preset << " model to " << temp << "\n";
     if (absl::Status s = model::MakeModel(o, temp.string()); !s.ok()) {
       std::cerr << "gpe: " << s.message() << "\n";
@@ -80,72 +118,127 @@ int BenchForwardCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: give --preset NAME or --model DIR\n\n" << args.Help();
     return 2;
   }
-  auto loaded = model::Model::Load(dir, {.dtype = *args.Get("dtype"), .threads = threads});
-  if (!temp.empty()) std::filesystem::remove_all(temp);  // the mapping stays valid
-  if (!loaded.ok()) {
-    std::cerr << "gpe: " << loaded.status().message() << "\n";
-    return 1;
-  }
-  const model::Model& m = **loaded;
-  const model::ModelConfig& c = m.config();
-  const auto elem = torch::elementSize(m.dtype());
-  // A decode step reads every weight once, but only one row of an untied embedding.
-  const int64_t embed_bytes = c.vocab_size * c.hidden_size * static_cast<int64_t>(elem);
-  const int64_t decode_bytes =
-      m.weight_bytes() - (c.tie_word_embeddings ? 0 : embed_bytes - c.hidden_size * elem);
+  struct RemoveTemp {
+    std::filesystem::path path;
+    ~RemoveTemp() {
+      if (!path.empty()) std::filesystem::remove_all(path);
+    }
+  } remove_temp{temp};
 
-  // Memory bandwidth with the same threads, on a buffer as large as the weights: copy (bytes
-  // read + bytes written, as STREAM counts it) and read-only (a sum).
-  const int64_t buffer_bytes = std::max<int64_t>(decode_bytes, int64_t{256} << 20);
-  torch::Tensor src = torch::ones({buffer_bytes / 4}, torch::kFloat32);
-  torch::Tensor dst = torch::empty_like(src);
-  const double copy_s = MedianSeconds(5, [&] { dst.copy_(src); });
-  const double bandwidth = 2.0 * buffer_bytes / copy_s;
-  const double read_s = MedianSeconds(5, [&] { src.sum().item<float>(); });
-  const double read_bandwidth = buffer_bytes / read_s;
-  src = dst = torch::Tensor();
+  std::map<std::string, Timings> results;
+  double copy_bandwidth = 0, read_bandwidth = 0;
+  int all_threads = 0;
+  model::ModelConfig config;
+  for (const std::string& dtype : dtypes) {
+    auto loaded = model::Model::Load(dir, {.dtype = dtype, .threads = threads});
+    if (!loaded.ok()) {
+      std::cerr << "gpe: " << dtype << ": " << loaded.status().message() << "\n";
+      return 1;
+    }
+    const model::Model& m = **loaded;
+    const model::ModelConfig& c = m.config();
+    config = c;
+    all_threads = torch::get_num_threads();
+    Timings& t = results[dtype];
+    t.kernel_path = m.kernel_path();
+    t.decode_bytes = DecodeBytes(m);
+    std::cerr << "gpe: " << dtype << ": " << t.kernel_path << "\n";
 
-  // Decode: one token attending to `context` cached keys per layer.
-  std::vector<torch::Tensor> past_k, past_v;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    past_k.push_back(torch::randn({context, c.num_kv_heads, c.head_dim}).to(m.dtype()));
-    past_v.push_back(torch::randn({context, c.num_kv_heads, c.head_dim}).to(m.dtype()));
+    if (copy_bandwidth == 0) {
+      // Memory bandwidth with the same threads, on a buffer at least as large as the weights:
+      // copy (bytes read + bytes written, as STREAM counts it) and read-only (a sum).
+      const int64_t buffer_bytes = std::max<int64_t>(t.decode_bytes, int64_t{256} << 20);
+      torch::Tensor src = torch::ones({buffer_bytes / 4}, torch::kFloat32);
+      torch::Tensor dst = torch::empty_like(src);
+      copy_bandwidth = 2.0 * buffer_bytes / MedianSeconds(5, [&] { dst.copy_(src); });
+      read_bandwidth = buffer_bytes / MedianSeconds(5, [&] { src.sum().item<float>(); });
+    }
+
+    std::vector<torch::Tensor> past_k, past_v;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      past_k.push_back(torch::randn({context, c.num_kv_heads, c.head_dim}).to(m.dtype()));
+      past_v.push_back(torch::randn({context, c.num_kv_heads, c.head_dim}).to(m.dtype()));
+    }
+    bool ok = true;
+    // A decode step of r rows: r new tokens after `context` cached ones, every row's logits.
+    auto decode = [&](int r) {
+      const torch::Tensor allowed = torch::cat(
+          {torch::ones({r, context}, torch::kBool), model::DenseAttention::CausalMask(r)}, 1);
+      const torch::Tensor tokens = torch::randint(c.vocab_size, {r}, torch::kInt64);
+      const torch::Tensor pos = torch::arange(context, context + r, torch::kInt64);
+      const torch::Tensor logit_rows = torch::arange(r, torch::kInt64);
+      return MedianSeconds(runs, [&] {
+        model::DenseAttention attn(past_k, past_v, allowed);
+        ok &= m.Forward(tokens, pos, logit_rows, attn).ok();
+      });
+    };
+    for (int r : rows) t.decode_s[r] = decode(r);
+    if (fewer_threads > 0 && fewer_threads < all_threads) {
+      torch::set_num_threads(fewer_threads);
+      t.decode_fewer_threads_s = decode(rows[0]);
+      torch::set_num_threads(all_threads);
+    }
+    // Prefill: `prefill` tokens, causal, logits for the last one.
+    const torch::Tensor tokens = torch::randint(c.vocab_size, {prefill}, torch::kInt64);
+    t.prefill_s = MedianSeconds(std::max(1, runs / 5), [&] {
+      model::DenseAttention attn({}, {}, model::DenseAttention::CausalMask(prefill));
+      ok &= m.Forward(tokens, torch::arange(prefill), torch::tensor({int64_t{prefill - 1}}), attn)
+                .ok();
+    });
+    if (!ok) {
+      std::cerr << "gpe: a forward pass failed\n";
+      return 1;
+    }
   }
-  const torch::Tensor one = torch::tensor({int64_t{42}});
-  const torch::Tensor pos = torch::tensor({int64_t{context}});
-  const torch::Tensor rows = torch::tensor({int64_t{0}});
-  bool ok = true;
-  const double decode_s = MedianSeconds(runs, [&] {
-    model::DenseAttention attn(past_k, past_v, torch::ones({1, context + 1}, torch::kBool));
-    ok &= m.Forward(one, pos, rows, attn).ok();
-  });
-  // Prefill: `prefill` tokens, causal, logits for the last one.
-  const torch::Tensor tokens = torch::randint(c.vocab_size, {prefill}, torch::kInt64);
-  const double prefill_s = MedianSeconds(std::max(1, runs / 5), [&] {
-    model::DenseAttention attn({}, {}, model::DenseAttention::CausalMask(prefill));
-    ok &=
-        m.Forward(tokens, torch::arange(prefill), torch::tensor({int64_t{prefill - 1}}), attn).ok();
-  });
-  if (!ok) {
-    std::cerr << "gpe: a forward pass failed\n";
-    return 1;
-  }
-  const double roofline_s = decode_bytes / bandwidth;
-  const double read_roofline_s = decode_bytes / read_bandwidth;
+
+  const std::string& base = dtypes[0];
+  const int r0 = rows[0];
   std::cout << absl::StrFormat(
-      "model        %s %s, %d layers, hidden %d, vocab %d, dtype %s, %d threads\n"
-      "weights      %.1f MB read per decode step\n"
-      "copy         %.2f GB/s (read + written, measured now)\n"
-      "read         %.2f GB/s (read-only sum, measured now)\n"
-      "decode       %.2f ms per token (context %d): weights streamed at %.2f GB/s\n"
-      "roofline     %.2f ms per token (copy bandwidth) => decode at %.0f%% of it\n"
-      "             %.2f ms per token (read bandwidth) => decode at %.0f%% of it\n"
-      "prefill      %.1f ms for %d tokens: %.0f tokens/s\n",
-      c.architecture_name, args.Get("preset").value_or(dir), c.num_layers, c.hidden_size,
-      c.vocab_size, *args.Get("dtype"), torch::get_num_threads(), decode_bytes / 1e6,
-      bandwidth / 1e9, read_bandwidth / 1e9, decode_s * 1e3, context, decode_bytes / decode_s / 1e9,
-      roofline_s * 1e3, 100.0 * roofline_s / decode_s, read_roofline_s * 1e3,
-      100.0 * read_roofline_s / decode_s, prefill_s * 1e3, prefill, prefill / prefill_s);
+      "model     %s %s, %d layers, hidden %d, vocab %d; %d threads; CPU %s\n"
+      "memory    copy %.2f GB/s (read + written), read %.2f GB/s (read-only sum), measured now\n"
+      "decode    %d cached tokens per row; ratios against %s and against %d row%s\n\n",
+      config.architecture_name, args.Get("preset").value_or(dir), config.num_layers,
+      config.hidden_size, config.vocab_size, all_threads, CpuName(), copy_bandwidth / 1e9,
+      read_bandwidth / 1e9, context, base, r0, r0 == 1 ? "" : "s");
+  std::string header = absl::StrFormat("%-6s %9s %10s %9s %8s", "dtype", "MB/step",
+                                       absl::StrCat("ms/", r0, "row"), "GB/s", "%read");
+  absl::StrAppend(&header, absl::StrFormat(" %8s", absl::StrCat("x", base)));
+  for (size_t i = 1; i < rows.size(); ++i) {
+    absl::StrAppend(&header, absl::StrFormat(" %10s %9s", absl::StrCat("ms/", rows[i], "rows"),
+                                             absl::StrCat(rows[i], "r/", r0, "r")));
+  }
+  if (fewer_threads > 0 && fewer_threads < all_threads) {
+    absl::StrAppend(&header, absl::StrFormat(" %9s %8s", absl::StrCat("ms@", fewer_threads, "t"),
+                                             absl::StrCat(all_threads, "t/", fewer_threads, "t")));
+  }
+  absl::StrAppend(&header, absl::StrFormat(" %10s %8s", "prefill/s", absl::StrCat("x", base)));
+  std::cout << header << "\n";
+  for (const std::string& dtype : dtypes) {
+    const Timings& t = results[dtype];
+    const Timings& b = results[base];
+    const double one = t.decode_s.at(r0);
+    std::string line = absl::StrFormat(
+        "%-6s %9.1f %10.2f %9.2f %7.0f%% %7.2fx", dtype, t.decode_bytes / 1e6, one * 1e3,
+        t.decode_bytes / one / 1e9, 100.0 * (t.decode_bytes / read_bandwidth) / one,
+        b.decode_s.at(r0) / one);
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const double s = t.decode_s.at(rows[i]);
+      absl::StrAppend(&line, absl::StrFormat(" %10.2f %8.2fx", s * 1e3, s / one));
+    }
+    if (t.decode_fewer_threads_s > 0) {
+      absl::StrAppend(&line, absl::StrFormat(" %9.2f %7.2fx", t.decode_fewer_threads_s * 1e3,
+                                             t.decode_fewer_threads_s / one));
+    }
+    absl::StrAppend(&line, absl::StrFormat(" %10.0f %7.2fx", prefill / t.prefill_s,
+                                           b.prefill_s / t.prefill_s));
+    std::cout << line << "\n";
+  }
+  std::cout << "\nGB/s: weight bytes a step reads over its time; %read: the read roofline's "
+               "time over the step's;\nx"
+            << base << ": speed relative to " << base << " (higher is faster); Nr/" << r0
+            << "r: time of a step of N rows over one of " << r0 << " (lower is better);\n"
+            << all_threads << "t/" << fewer_threads << "t: the speedup of " << all_threads
+            << " threads over " << fewer_threads << " (higher is better).\n";
   return 0;
 }
 

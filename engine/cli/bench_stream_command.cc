@@ -110,7 +110,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
   args.AddString("wait_k", "K", "source words read before the first write", "5");
   args.AddString("at", "N", "the early read to compare the last one with (word number)", "5");
   args.AddString("target_tokens", "N", "target tokens written per source word", "2");
-  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "bf16");
+  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
   args.AddString("block_size", "N", "tokens per KV block", "16");
   if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
@@ -160,7 +160,7 @@ int BenchStreamCommand(int argc, char** argv, int first) {
   std::cout << absl::StrFormat(
       "model %s %s, %d layers, dtype %s, %d threads; wait_k %d, %d target tokens per word\n",
       c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
-      *args.Get("dtype"), torch::get_num_threads(), wait_k, per_word);
+      m.weight_dtype_name(), torch::get_num_threads(), wait_k, per_word);
   {  // Warm-up: one short session.
     const std::vector<std::string> words = BenchSource(8);
     auto warm = RunScripted(m, options, words, per_word, *pool, allocator);

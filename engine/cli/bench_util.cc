@@ -51,7 +51,9 @@ std::vector<std::string> BenchSource(int count) {
   return words;
 }
 
-absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
+namespace {
+
+absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModelQuietly(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const std::string& dtype, int threads) {
   if (model_dir) return model::Model::Load(*model_dir, {.dtype = dtype, .threads = threads});
@@ -69,6 +71,16 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
       s.ok() ? model::Model::Load((temp / "model").string(), {.dtype = dtype, .threads = threads})
              : absl::StatusOr<std::shared_ptr<const model::Model>>(s);
   std::filesystem::remove_all(temp);
+  return loaded;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
+    const std::optional<std::string>& model_dir, const std::string& preset,
+    const std::string& dtype, int threads) {
+  auto loaded = LoadBenchModelQuietly(model_dir, preset, dtype, threads);
+  if (loaded.ok()) std::cerr << "gpe: " << (*loaded)->kernel_path() << "\n";
   return loaded;
 }
 

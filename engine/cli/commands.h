@@ -8,8 +8,8 @@ namespace gpeserve::cli {
 
 // The commands gpe-engine runs (they load a model: libtorch); gpe runs the others itself.
 inline bool IsEngineCommand(std::string_view command) {
-  for (std::string_view name : {"make-model", "default-model", "train", "logits", "bench-forward",
-                                "bench-stream", "bench", "eval"}) {
+  for (std::string_view name : {"make-model", "default-model", "quantize", "train", "logits",
+                                "bench-forward", "bench-stream", "bench", "eval"}) {
     if (command == name) return true;
   }
   return false;
@@ -20,6 +20,7 @@ int DetokenizeCommand(int argc, char** argv, int first);
 int TrainTokenizerCommand(int argc, char** argv, int first);
 int MakeModelCommand(int argc, char** argv, int first);
 int DefaultModelCommand(int argc, char** argv, int first);
+int QuantizeCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int BenchStreamCommand(int argc, char** argv, int first);

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   const std::string_view command = argc < 2 ? "" : argv[1];
   if (command == "make-model") return gpeserve::cli::MakeModelCommand(argc, argv, 2);
   if (command == "default-model") return gpeserve::cli::DefaultModelCommand(argc, argv, 2);
+  if (command == "quantize") return gpeserve::cli::QuantizeCommand(argc, argv, 2);
   if (command == "train") return gpeserve::cli::TrainCommand(argc, argv, 2);
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);

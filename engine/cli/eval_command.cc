@@ -168,7 +168,7 @@ int EvalCommand(int argc, char** argv, int first) {
   args.AddString("max_new_tokens", "N", "target tokens per sentence at most", "256");
   args.AddString("limit", "N", "evaluate the first N items only");
   args.AddString("out", "FILE", "write one JSON line per sentence");
-  args.AddString("dtype", "fp32|bf16|fp16", "serving dtype", "fp32");
+  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
   args.AddString("device", "cpu|cuda", "device", "cpu");
   args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
   args.AddString("concurrency", "N",
@@ -238,6 +238,7 @@ int EvalCommand(int argc, char** argv, int first) {
   auto model = args.Get("model") ? model::Model::Load(*args.Get("model"), model_options)
                                  : model::LoadDefaultModel(model_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
+  std::cerr << "gpe: " << (*model)->kernel_path() << "\n";
   std::ofstream out;
   if (auto path = args.Get("out")) {
     out.open(*path);

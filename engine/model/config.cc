@@ -7,6 +7,8 @@
 namespace gpeserve::model {
 namespace {
 
+constexpr const char* kInt8QuantMethod = "gpeserve_int8";
+
 absl::Status FieldError(const std::string& name, const std::string& field,
                         const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": ", field, ": ", message));
@@ -149,6 +151,19 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   c.max_position_embeddings = *max_pos;
   c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", false);
   c.torch_dtype = json.value("torch_dtype", "");
+  if (auto q = json.find("quantization_config"); q != json.end() && !q->is_null()) {
+    const std::string method = q->is_object() && q->contains("quant_method") &&
+                                        (*q)["quant_method"].is_string()
+                                    ? (*q)["quant_method"].get<std::string>()
+                                    : "";
+    if (method != kInt8QuantMethod) {
+      return Unsupported(name, "quantization_config",
+                         absl::StrCat("quant_method '", method,
+                                      "' is not implemented (gpeserve reads its own '",
+                                      kInt8QuantMethod, "' folders, written by gpe quantize)"));
+    }
+    c.int8_weights = true;
+  }
 
   switch (c.architecture) {
     case Architecture::kQwen2:
@@ -224,10 +239,18 @@ nlohmann::json ModelConfig::ToJson() const {
     j["mlp_bias"] = mlp_bias;
     if (architecture == Architecture::kMistral) j["sliding_window"] = nullptr;
   }
+  if (int8_weights) j["quantization_config"] = Int8QuantizationConfig();
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
   return j;
+}
+
+nlohmann::json Int8QuantizationConfig() {
+  return {{"quant_method", kInt8QuantMethod},
+          {"bits", 8},
+          {"scheme", "symmetric, one float32 scale per output row"},
+          {"scale_suffix", "_scale"}};
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {

@@ -47,6 +47,9 @@ struct ModelConfig {
   bool o_proj_bias = false;
   bool mlp_bias = false;
   std::string torch_dtype;             // stored dtype hint ("bfloat16", "float32", ...)
+  // quantization_config.quant_method "gpeserve_int8": the matrices are stored as int8 with a
+  // float32 "<name>_scale" per output row (written by `gpe quantize`). No other method is read.
+  bool int8_weights = false;
   std::vector<int64_t> eos_token_ids;  // from config.json / generation_config.json
   std::optional<int64_t> bos_token_id;
 
@@ -55,6 +58,9 @@ struct ModelConfig {
   // Writes the config.json that Hugging Face transformers loads for this configuration.
   nlohmann::json ToJson() const;
 };
+
+// The quantization_config of a folder written by `gpe quantize` (int8_weights).
+nlohmann::json Int8QuantizationConfig();
 
 // Reads DIR/config.json and, if present, DIR/generation_config.json (eos ids).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/cpu_gemv.h"
+#include "engine/model/cpu_matmul.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::model {
@@ -26,9 +26,19 @@ torch::ScalarType TorchType(DType dtype) {
       return torch::kBFloat16;
     case DType::kF16:
       return torch::kFloat16;
+    case DType::kI8:
+      return torch::kChar;
   }
   return torch::kFloat32;
 }
+
+// Activation rows up to which a CPU linear runs the cpu_matmul kernel (weights read once for
+// all rows); beyond, a matrix-matrix product (libtorch's fp32 GEMM, on weight tiles widened to
+// fp32 unless they are fp32 already). Measured with `gpe bench-forward --rows`: the kernel's
+// cost grows slowly up to here, the GEMM's time is flat below it (docs/model.md).
+constexpr int64_t kKernelRows = 16;
+// fp32 elements in one widened weight tile of the prefill path (16 MiB).
+constexpr int64_t kTileElements = int64_t{4} << 20;
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -99,6 +109,14 @@ class WeightSource {
                                             absl::StrJoin(paths, ", "), ")"));
   }
 
+  // The stored dtype of tensor `name`, or NotFound.
+  absl::StatusOr<DType> StoredDType(const std::string& name) const {
+    for (const auto& file : files_) {
+      if (const TensorInfo* info = file->Find(name)) return info->dtype;
+    }
+    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  }
+
   bool Has(const std::string& name) const {
     for (const auto& file : files_) {
       if (file->Find(name) != nullptr) return true;
@@ -156,39 +174,181 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
-torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  if (x.size(0) == 1 && x.device().is_cpu()) {
-    // One row (a decode step): a matrix-vector product streams the weights from memory; for
-    // bf16 our AVX512-BF16 kernel does so faster than libtorch's (see cpu_gemv.h).
-    if (w.scalar_type() == torch::kBFloat16 && Bf16GemvSupported() && w.size(1) % 32 == 0 &&
-        w.is_contiguous() && (!b.defined() || b.is_contiguous())) {
-      const torch::Tensor xc = x.contiguous();
-      torch::Tensor y = torch::empty({1, w.size(0)}, x.options());
-      const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
-      const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-      const auto* bp =
-          b.defined() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
-      auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
-      at::parallel_for(0, w.size(0), 64, [&](int64_t begin, int64_t end) {
-        Bf16Gemv(wp, xp, bp, yp, w.size(1), begin, end);
-      });
-      return y;
-    }
-    torch::Tensor y = torch::mv(w, x[0]);
-    if (b.defined()) y = y + b;
-    return y.unsqueeze(0);
+cpu::WeightType CpuWeightType(const torch::Tensor& data) {
+  switch (data.scalar_type()) {
+    case torch::kBFloat16:
+      return cpu::WeightType::kBF16;
+    case torch::kFloat16:
+      return cpu::WeightType::kF16;
+    case torch::kChar:
+      return cpu::WeightType::kInt8;
+    default:
+      return cpu::WeightType::kF32;
   }
-  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::nn::functional::linear(x, w);
+}
+
+// y = x W^T + b on the CPU for fp32 activations x [m, in] and any stored W (see kKernelRows).
+torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
+  const torch::Tensor xc = x.contiguous();
+  const int64_t m = xc.size(0), out = w.data.size(0), in = w.data.size(1);
+  const cpu::WeightView view{w.data.data_ptr(),
+                             w.scale.defined() ? w.scale.data_ptr<float>() : nullptr,
+                             CpuWeightType(w.data), out, in};
+  const cpu::Isa isa = cpu::ActiveIsa();
+  if (m <= kKernelRows) {
+    torch::Tensor y = torch::empty({m, out}, xc.options());
+    const float* xp = xc.data_ptr<float>();
+    const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, out, 32, [&](int64_t begin, int64_t end) {
+      cpu::MatmulRows(isa, view, xp, m, in, bp, yp, out, begin, end);
+    });
+    return y;
+  }
+  if (view.type == cpu::WeightType::kF32) {
+    return b.defined() ? torch::nn::functional::linear(xc, w.data, b)
+                       : torch::nn::functional::linear(xc, w.data);
+  }
+  // Prefill: widen a tile of weight rows to fp32 (all threads), multiply it with libtorch's
+  // fp32 GEMM, next tile.
+  torch::Tensor y = torch::empty({m, out}, xc.options());
+  const int64_t tile_rows = std::min(out, std::max<int64_t>(64, kTileElements / in));
+  torch::Tensor tile = torch::empty({tile_rows, in}, xc.options());
+  float* tp = tile.data_ptr<float>();
+  for (int64_t n0 = 0; n0 < out; n0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, out - n0);
+    at::parallel_for(n0, n0 + rows, 16, [&](int64_t begin, int64_t end) {
+      cpu::DequantizeRows(isa, view, begin, end, tp + (begin - n0) * in);
+    });
+    y.narrow(1, n0, rows).copy_(torch::mm(xc, tile.narrow(0, 0, rows).t()));
+  }
+  if (b.defined()) y.add_(b);
+  return y;
+}
+
+torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
+  // Training (gradients) and CUDA use libtorch; CPU inference our kernels.
+  if (x.device().is_cpu() && !x.requires_grad() && !w.data.requires_grad()) {
+    return CpuLinear(x, w, b);
+  }
+  return b.defined() ? torch::nn::functional::linear(x, w.data, b)
+                     : torch::nn::functional::linear(x, w.data);
+}
+
+// Rows `ids` of the embedding, in `dtype`.
+torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType dtype) {
+  if (e.scale.defined()) {
+    return e.data.index_select(0, ids).to(torch::kFloat32) * e.scale.index_select(0, ids).unsqueeze(1);
+  }
+  return e.data.index_select(0, ids).to(dtype);
+}
+
+const char* ServingDtypeName(ServingDtype dtype) {
+  switch (dtype) {
+    case ServingDtype::kAuto:
+      return "auto";
+    case ServingDtype::kF32:
+      return "fp32";
+    case ServingDtype::kBF16:
+      return "bf16";
+    case ServingDtype::kF16:
+      return "fp16";
+    case ServingDtype::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+torch::ScalarType ServingScalarType(ServingDtype dtype) {
+  switch (dtype) {
+    case ServingDtype::kBF16:
+      return torch::kBFloat16;
+    case ServingDtype::kF16:
+      return torch::kFloat16;
+    case ServingDtype::kInt8:
+      return torch::kChar;
+    default:
+      return torch::kFloat32;
+  }
+}
+
+// The serving dtype `requested` resolves to for weights stored as `stored` on `device`, or why
+// it is refused.
+absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType stored,
+                                                 const torch::Device& device,
+                                                 const std::string& dir) {
+  if (stored == DType::kI8) {
+    if (requested != ServingDtype::kAuto && requested != ServingDtype::kInt8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, " holds int8 weights (written by gpe quantize), which cannot be served as ",
+          ServingDtypeName(requested), ": use --dtype int8 (or auto), or the folder it was "
+          "quantized from"));
+    }
+    requested = ServingDtype::kInt8;
+  }
+  if (requested == ServingDtype::kAuto) {
+    switch (stored) {
+      case DType::kBF16:
+      case DType::kF16:
+        // Exact either way; 16-bit reads half the bytes where a kernel widens it in registers.
+        if (device.is_cuda() || cpu::ActiveIsa() != cpu::Isa::kScalar) {
+          return stored == DType::kBF16 ? ServingDtype::kBF16 : ServingDtype::kF16;
+        }
+        return ServingDtype::kF32;
+      default:
+        return ServingDtype::kF32;
+    }
+  }
+  if (device.is_cuda() && requested == ServingDtype::kInt8) {
+    return absl::UnimplementedError(
+        "int8 weights run on the CPU only: serve CUDA in bf16 or fp16 (--dtype bf16)");
+  }
+  if (device.is_cpu() && requested != ServingDtype::kF32 &&
+      cpu::DetectedIsa() == cpu::Isa::kScalar) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dtype ", ServingDtypeName(requested),
+        " on this CPU (it lacks AVX2, FMA or F16C) would run the scalar kernels, several times "
+        "slower than fp32's BLAS: serve with --dtype fp32 (or auto, which picks it)"));
+  }
+  return requested;
+}
+
+std::string KernelPath(ServingDtype dtype, const torch::Device& device) {
+  const char* name = ServingDtypeName(dtype);
+  if (device.is_cuda()) {
+    return absl::StrCat("cuda: ", name, " weights and activations, libtorch (cuBLAS)");
+  }
+  const cpu::Isa isa = cpu::ActiveIsa();
+  std::string path =
+      absl::StrCat("cpu ", cpu::IsaName(isa), ", ", torch::get_num_threads(), " threads: ", name,
+                   " weights, fp32 activations; steps of up to ", kKernelRows,
+                   " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
+                   " kernel (weights read once per step); larger steps: ");
+  if (dtype == ServingDtype::kF32) {
+    absl::StrAppend(&path, "libtorch fp32 GEMM");
+  } else {
+    absl::StrAppend(&path, name, " tiles widened to fp32 + libtorch fp32 GEMM");
+  }
+  if (cpu::IsaForced()) {
+    absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
+                    cpu::IsaName(cpu::DetectedIsa()), ")");
+  }
+  return path;
 }
 
 }  // namespace
 
-absl::StatusOr<torch::ScalarType> ParseServingDtype(const std::string& name) {
-  if (name == "fp32" || name == "float32") return torch::kFloat32;
-  if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;
-  if (name == "fp16" || name == "float16") return torch::kFloat16;
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16, fp16)"));
+absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name) {
+  if (name == "auto") return ServingDtype::kAuto;
+  if (name == "fp32" || name == "float32") return ServingDtype::kF32;
+  if (name == "bf16" || name == "bfloat16") return ServingDtype::kBF16;
+  if (name == "fp16" || name == "float16") return ServingDtype::kF16;
+  if (name == "int8") return ServingDtype::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (auto, fp32, bf16, fp16, int8)"));
 }
+
+const char* Model::weight_dtype_name() const { return ServingDtypeName(weight_dtype_); }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
                                                          const ModelOptions& options) {
@@ -206,7 +366,6 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
 
   std::shared_ptr<Model> model(new Model());
   model->config_ = *std::move(config);
-  model->dtype_ = *dtype;
   model->device_ = *device;
   const ModelConfig& c = model->config_;
 
@@ -224,45 +383,86 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   auto source = WeightSource::Open(dir);
   if (!source.ok()) return source.status();
   model->files_ = source->files();
+  auto stored = source->StoredDType("model.embed_tokens.weight");
+  if (!stored.ok()) return stored.status();
+  if ((*stored == DType::kI8) != c.int8_weights) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": model.embed_tokens.weight is ", DTypeName(*stored), " but config.json ",
+        c.int8_weights ? "says the folder is quantized (quantization_config)"
+                       : "has no quantization_config"));
+  }
+  auto serving = ResolveServingDtype(*dtype, *stored, *device, dir);
+  if (!serving.ok()) return serving.status();
+  model->weight_dtype_ = *serving;
+  model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
+  model->kernel_path_ = KernelPath(*serving, *device);
   try {
+    // Norms and biases: the activation dtype.
     auto load = [&](const std::string& name,
                     const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
       return source->Load(name, shape, model->dtype_, model->device_);
     };
+    // Matrices: the serving dtype; int8 as stored by gpe quantize, or quantized here.
+    auto load_matrix = [&](const std::string& name,
+                           const std::vector<int64_t>& shape) -> absl::StatusOr<Matrix> {
+      if (c.int8_weights) {
+        auto data = source->Load(name, shape, torch::kChar, model->device_);
+        if (!data.ok()) return data.status();
+        auto scale = source->Load(name + "_scale", {shape[0]}, torch::kFloat32, model->device_);
+        if (!scale.ok()) return scale.status();
+        return Matrix{*std::move(data), *std::move(scale)};
+      }
+      if (*serving != ServingDtype::kInt8) {
+        auto data = source->Load(name, shape, ServingScalarType(*serving), model->device_);
+        if (!data.ok()) return data.status();
+        return Matrix{*std::move(data), torch::Tensor()};
+      }
+      auto full = source->Load(name, shape, torch::kFloat32, model->device_);
+      if (!full.ok()) return full.status();
+      const torch::Tensor w = full->contiguous();
+      Matrix q{torch::empty(shape, torch::kChar), torch::empty({shape[0]}, torch::kFloat32)};
+      at::parallel_for(0, shape[0], 64, [&](int64_t begin, int64_t end) {
+        cpu::QuantizeRowsInt8(w.data_ptr<float>(), shape[1], begin, end, q.data.data_ptr<int8_t>(),
+                              q.scale.data_ptr<float>());
+      });
+      return q;
+    };
     const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
                   kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
-    // Loads into *out, returning early from Load on error.
-#define GPE_LOAD(out, name, ...)              \
-  do {                                        \
-    auto tensor = load(name, {__VA_ARGS__});  \
-    if (!tensor.ok()) return tensor.status(); \
-    out = *std::move(tensor);                 \
+    // Loads into *out with `loader`, returning early from Load on error.
+#define GPE_LOAD_WITH(loader, out, name, ...)   \
+  do {                                          \
+    auto tensor = loader(name, {__VA_ARGS__});  \
+    if (!tensor.ok()) return tensor.status();   \
+    out = *std::move(tensor);                   \
   } while (0)
-    GPE_LOAD(model->weights_.embed, "model.embed_tokens.weight", c.vocab_size, h);
+#define GPE_LOAD(out, name, ...) GPE_LOAD_WITH(load, out, name, __VA_ARGS__)
+#define GPE_LOAD_MATRIX(out, name, ...) GPE_LOAD_WITH(load_matrix, out, name, __VA_ARGS__)
+    GPE_LOAD_MATRIX(model->weights_.embed, "model.embed_tokens.weight", c.vocab_size, h);
     GPE_LOAD(model->weights_.final_norm, "model.norm.weight", h);
     if (c.tie_word_embeddings) {
       model->weights_.lm_head = model->weights_.embed;
     } else {
-      GPE_LOAD(model->weights_.lm_head, "lm_head.weight", c.vocab_size, h);
+      GPE_LOAD_MATRIX(model->weights_.lm_head, "lm_head.weight", c.vocab_size, h);
     }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const std::string p = absl::StrCat("model.layers.", i, ".");
       LayerWeights layer;
       GPE_LOAD(layer.input_norm, p + "input_layernorm.weight", h);
       GPE_LOAD(layer.post_norm, p + "post_attention_layernorm.weight", h);
-      GPE_LOAD(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
-      GPE_LOAD(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
-      GPE_LOAD(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
-      GPE_LOAD(layer.o_w, p + "self_attn.o_proj.weight", h, q_dim);
+      GPE_LOAD_MATRIX(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
+      GPE_LOAD_MATRIX(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
+      GPE_LOAD_MATRIX(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
+      GPE_LOAD_MATRIX(layer.o_w, p + "self_attn.o_proj.weight", h, q_dim);
       if (c.attention_bias) {
         GPE_LOAD(layer.q_b, p + "self_attn.q_proj.bias", q_dim);
         GPE_LOAD(layer.k_b, p + "self_attn.k_proj.bias", kv_dim);
         GPE_LOAD(layer.v_b, p + "self_attn.v_proj.bias", kv_dim);
       }
       if (c.o_proj_bias) GPE_LOAD(layer.o_b, p + "self_attn.o_proj.bias", h);
-      GPE_LOAD(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
-      GPE_LOAD(layer.up_w, p + "mlp.up_proj.weight", ff, h);
-      GPE_LOAD(layer.down_w, p + "mlp.down_proj.weight", h, ff);
+      GPE_LOAD_MATRIX(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
+      GPE_LOAD_MATRIX(layer.up_w, p + "mlp.up_proj.weight", ff, h);
+      GPE_LOAD_MATRIX(layer.down_w, p + "mlp.down_proj.weight", h, ff);
       if (c.mlp_bias) {
         GPE_LOAD(layer.gate_b, p + "mlp.gate_proj.bias", ff);
         GPE_LOAD(layer.up_b, p + "mlp.up_proj.bias", ff);
@@ -270,7 +470,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
       }
       model->weights_.layers.push_back(std::move(layer));
     }
+#undef GPE_LOAD_MATRIX
 #undef GPE_LOAD
+#undef GPE_LOAD_WITH
     model->inv_freq_ = InverseFrequencies(c).to(model->device_);
     const int64_t table = std::min(kRotaryTablePositions, c.max_position_embeddings);
     const torch::Tensor freqs = torch::outer(
@@ -302,29 +504,33 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
   auto add = [&](const std::string& name, const torch::Tensor& t) {
     if (t.defined()) named.emplace_back(name, t);
   };
-  add("model.embed_tokens.weight", w.embed);
+  auto add_matrix = [&](const std::string& name, const Matrix& m) {
+    add(name, m.data);
+    add(name + "_scale", m.scale);
+  };
+  add_matrix("model.embed_tokens.weight", w.embed);
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     add(p + "input_layernorm.weight", l.input_norm);
     add(p + "post_attention_layernorm.weight", l.post_norm);
-    add(p + "self_attn.q_proj.weight", l.q_w);
+    add_matrix(p + "self_attn.q_proj.weight", l.q_w);
     add(p + "self_attn.q_proj.bias", l.q_b);
-    add(p + "self_attn.k_proj.weight", l.k_w);
+    add_matrix(p + "self_attn.k_proj.weight", l.k_w);
     add(p + "self_attn.k_proj.bias", l.k_b);
-    add(p + "self_attn.v_proj.weight", l.v_w);
+    add_matrix(p + "self_attn.v_proj.weight", l.v_w);
     add(p + "self_attn.v_proj.bias", l.v_b);
-    add(p + "self_attn.o_proj.weight", l.o_w);
+    add_matrix(p + "self_attn.o_proj.weight", l.o_w);
     add(p + "self_attn.o_proj.bias", l.o_b);
-    add(p + "mlp.gate_proj.weight", l.gate_w);
+    add_matrix(p + "mlp.gate_proj.weight", l.gate_w);
     add(p + "mlp.gate_proj.bias", l.gate_b);
-    add(p + "mlp.up_proj.weight", l.up_w);
+    add_matrix(p + "mlp.up_proj.weight", l.up_w);
     add(p + "mlp.up_proj.bias", l.up_b);
-    add(p + "mlp.down_proj.weight", l.down_w);
+    add_matrix(p + "mlp.down_proj.weight", l.down_w);
     add(p + "mlp.down_proj.bias", l.down_b);
   }
   add("model.norm.weight", w.final_norm);
-  if (!c.tie_word_embeddings) add("lm_head.weight", w.lm_head);
+  if (!c.tie_word_embeddings) add_matrix("lm_head.weight", w.lm_head);
   return named;
 }
 
@@ -332,7 +538,8 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
                                 const torch::Tensor& cos, const torch::Tensor& sin,
                                 AttentionContext& attention) {
   const int64_t t = ids.size(0);
-  torch::Tensor x = w.embed.index_select(0, ids);
+  // The rotary tables come in the activation dtype.
+  torch::Tensor x = Embed(w.embed, ids, cos.scalar_type());
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const torch::Tensor h = RmsNorm(x, l.input_norm, c.rms_norm_eps);

@@ -23,27 +23,52 @@
 namespace gpeserve::model {
 
 struct ModelOptions {
-  std::string dtype = "fp32";  // serving dtype: fp32 | bf16 | fp16
+  // How the weights are held for serving: auto | fp32 | bf16 | fp16 | int8 (see ServingDtype).
+  std::string dtype = "auto";
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int threads = 0;             // CPU intra-op threads; 0 = all cores
 };
 
-// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16".
-absl::StatusOr<torch::ScalarType> ParseServingDtype(const std::string& name);
+// The serving dtype names the weights' format in memory. On the CPU the activations, the KV
+// cache and attention are fp32 whatever it is, and the linear layers run the cpu_matmul.h
+// kernels (bf16/fp16 widen to fp32 exactly in registers; int8 is symmetric per output row, made
+// at load or by `gpe quantize`). On CUDA the whole model runs in the serving dtype (fp32, bf16,
+// fp16; int8 is CPU-only).
+//   auto: the fastest exact choice here: the checkpoint's own dtype (int8 for a quantized
+//   folder), except that bf16/fp16 weights are served as fp32 on a CPU without AVX2.
+enum class ServingDtype { kAuto, kF32, kBF16, kF16, kInt8 };
 
-// A model's weights in the serving dtype (inference) or as trainable fp32 parameters
-// (training); both run through the same TransformerHidden.
+// For command-line flags: the choices and what they mean.
+inline constexpr char kServingDtypeChoices[] = "auto|fp32|bf16|fp16|int8";
+inline constexpr char kServingDtypeHelp[] =
+    "how the weights are held (CPU activations are fp32 always); auto: the fastest exact one "
+    "on this machine";
+
+// Parses "auto", "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int8".
+absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name);
+
+// A weight matrix [out, in]: fp32, bf16 or fp16 values, or int8 with one float32 scale per
+// output row (W[n, k] = data[n, k] * scale[n]).
+struct Matrix {
+  torch::Tensor data;
+  torch::Tensor scale;  // [out] float32; defined only for int8
+};
+
+// A model's weights as served (inference) or as trainable fp32 parameters (training); both run
+// through the same TransformerHidden. Norms and biases are in the activation dtype.
 struct LayerWeights {
   torch::Tensor input_norm, post_norm;
-  torch::Tensor q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;  // biases undefined when absent
-  torch::Tensor gate_w, gate_b, up_w, up_b, down_w, down_b;
+  Matrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
+  torch::Tensor q_b, k_b, v_b, o_b, gate_b, up_b, down_b;  // undefined when absent
 };
 struct Weights {
-  torch::Tensor embed, final_norm, lm_head;  // lm_head is embed when tied
+  Matrix embed, lm_head;  // lm_head is embed when tied
+  torch::Tensor final_norm;
   std::vector<LayerWeights> layers;
 };
 
-// Every defined weight with its Hugging Face name (lm_head only when untied), in file order.
+// Every defined tensor with its Hugging Face name (lm_head only when untied), in file order;
+// an int8 matrix's scale follows it as "<name>_scale".
 std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& config,
                                                                 const Weights& weights);
 
@@ -53,7 +78,7 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
 torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weights,
                                 const torch::Tensor& ids, const torch::Tensor& cos,
                                 const torch::Tensor& sin, AttentionContext& attention);
-// Final norm and LM head: logits [R, vocab] of hidden rows [R, hidden] (in the weights' dtype).
+// Final norm and LM head: logits [R, vocab] of hidden rows [R, hidden] (activation dtype).
 torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
                        const torch::Tensor& hidden);
 
@@ -75,11 +100,18 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // Null when the folder has no tokenizer.json.
   const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer() const { return tokenizer_; }
+  // The activation dtype: what Forward computes in and what the KV cache holds (fp32 on the
+  // CPU; the serving dtype on CUDA).
   torch::ScalarType dtype() const { return dtype_; }
+  // How the weights are held ("fp32", "bf16", "fp16", "int8"): the serving dtype, resolved.
+  const char* weight_dtype_name() const;
   torch::Device device() const { return device_; }
-  // Bytes of all weights (what a decode step reads).
+  // One line naming the code each matrix product runs: the instruction set and kernel for
+  // decode-sized steps and for prefill (logged by every binary that loads a model).
+  const std::string& kernel_path() const { return kernel_path_; }
+  // Bytes of all weights (what a decode step reads, plus the untied embedding).
   int64_t weight_bytes() const;
-  // The weights (read-only views of the mapped files on the CPU in the stored dtype).
+  // The weights (read-only views of the mapped files where the stored dtype is served).
   const Weights& weights() const { return weights_; }
   // (cos, sin), each [T, head_dim] float32 on the model's device, for the given positions.
   std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions) const;
@@ -90,6 +122,8 @@ class Model {
   // ---- Constant after Load ----
   ModelConfig config_;
   torch::ScalarType dtype_ = torch::kFloat32;
+  ServingDtype weight_dtype_ = ServingDtype::kF32;
+  std::string kernel_path_;
   torch::Device device_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive

@@ -28,8 +28,9 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
+  if (name == "I8") return DType::kI8;
   return absl::UnimplementedError(
-      absl::StrCat("dtype '", std::string(name), "' is not supported (F32, BF16, F16)"));
+      absl::StrCat("dtype '", std::string(name), "' is not supported (F32, BF16, F16, I8)"));
 }
 
 const char* DTypeName(DType dtype) {
@@ -40,11 +41,24 @@ const char* DTypeName(DType dtype) {
       return "BF16";
     case DType::kF16:
       return "F16";
+    case DType::kI8:
+      return "I8";
   }
   return "?";
 }
 
-size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kI8:
+      return 1;
+  }
+  return 0;
+}
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;

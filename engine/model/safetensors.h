@@ -17,9 +17,9 @@
 
 namespace gpeserve::model {
 
-enum class DType { kF32, kBF16, kF16 };
+enum class DType { kF32, kBF16, kF16, kI8 };
 
-// "F32", "BF16", "F16"; an error for anything else.
+// "F32", "BF16", "F16", "I8" (int8 weights written by gpe quantize); an error for anything else.
 absl::StatusOr<DType> ParseDType(std::string_view name);
 const char* DTypeName(DType dtype);
 size_t DTypeSize(DType dtype);

@@ -46,27 +46,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   t->profile_ = profile;
   t->config_ = config;
   const model::Weights& w = t->init_->weights();
-  t->weights_.embed = Trainable(w.embed);
+  t->weights_.embed.data = Trainable(w.embed.data);
   t->weights_.final_norm = Trainable(w.final_norm);
-  t->weights_.lm_head =
-      t->init_->config().tie_word_embeddings ? t->weights_.embed : Trainable(w.lm_head);
+  t->weights_.lm_head.data = t->init_->config().tie_word_embeddings ? t->weights_.embed.data
+                                                                     : Trainable(w.lm_head.data);
   for (const model::LayerWeights& l : w.layers) {
     model::LayerWeights c;
     for (auto [to, from] : {std::pair{&c.input_norm, &l.input_norm},
                             {&c.post_norm, &l.post_norm},
-                            {&c.q_w, &l.q_w},
+                            {&c.q_w.data, &l.q_w.data},
                             {&c.q_b, &l.q_b},
-                            {&c.k_w, &l.k_w},
+                            {&c.k_w.data, &l.k_w.data},
                             {&c.k_b, &l.k_b},
-                            {&c.v_w, &l.v_w},
+                            {&c.v_w.data, &l.v_w.data},
                             {&c.v_b, &l.v_b},
-                            {&c.o_w, &l.o_w},
+                            {&c.o_w.data, &l.o_w.data},
                             {&c.o_b, &l.o_b},
-                            {&c.gate_w, &l.gate_w},
+                            {&c.gate_w.data, &l.gate_w.data},
                             {&c.gate_b, &l.gate_b},
-                            {&c.up_w, &l.up_w},
+                            {&c.up_w.data, &l.up_w.data},
                             {&c.up_b, &l.up_b},
-                            {&c.down_w, &l.down_w},
+                            {&c.down_w.data, &l.down_w.data},
                             {&c.down_b, &l.down_b}}) {
       *to = Trainable(*from);
     }

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/cpu_matmul.h"
 #include "engine/model/make_model.h"
+#include "engine/model/quantize.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 
@@ -36,9 +38,11 @@ std::string TokenizerFolder() {
   return dir;
 }
 
-std::string MakeTiny(const std::string& name, const std::string& arch, uint64_t seed) {
+std::string MakeTiny(const std::string& name, const std::string& arch, uint64_t seed,
+                     DType stored = DType::kF32) {
   const std::string dir = TempFolder(name);
   MakeModelOptions o;
+  o.dtype = stored;
   o.arch = arch;
   o.preset = "tiny";
   o.tokenizer_dir = TokenizerFolder();
@@ -49,8 +53,8 @@ std::string MakeTiny(const std::string& name, const std::string& arch, uint64_t 
   return dir;
 }
 
-std::shared_ptr<const Model> LoadOrDie(const std::string& dir) {
-  auto m = Model::Load(dir, {.dtype = "fp32", .device = "cpu", .threads = 2});
+std::shared_ptr<const Model> LoadOrDie(const std::string& dir, const std::string& dtype = "fp32") {
+  auto m = Model::Load(dir, {.dtype = dtype, .device = "cpu", .threads = 2});
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *m : nullptr;
 }
@@ -271,7 +275,7 @@ TEST(ModelTest, LoadErrorsNameFileAndTensor) {
         << c.name << ": " << m.status();
   }
   const std::string dir = MakeTiny("options", "qwen2", 6);
-  EXPECT_EQ(Model::Load(dir, {.dtype = "int8"}).status().code(),
+  EXPECT_EQ(Model::Load(dir, {.dtype = "int4"}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Model::Load(dir, {.device = "tpu"}).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -279,6 +283,101 @@ TEST(ModelTest, LoadErrorsNameFileAndTensor) {
     EXPECT_EQ(Model::Load(dir, {.device = "cuda"}).status().code(),
               absl::StatusCode::kFailedPrecondition);
   }
+}
+
+// Logits of `tokens` (causal, positions 0..) for every row.
+torch::Tensor AllLogits(const Model& m, const std::vector<int64_t>& tokens) {
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  DenseAttention attention({}, {}, DenseAttention::CausalMask(t));
+  auto logits = m.Forward(Ids(tokens), torch::arange(t), torch::arange(t), attention);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return logits.ok() ? *logits : torch::Tensor();
+}
+
+std::vector<int64_t> RandomTokens(int64_t count, int64_t vocab, uint64_t seed) {
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < count; ++i) tokens.push_back(static_cast<int64_t>((seed + i * 7919) % vocab));
+  return tokens;
+}
+
+// bf16 and fp16 weights served as they are (the cpu_matmul kernels widen them in registers)
+// compute what fp32 serving of the same values computes: both accumulate in fp32. Step sizes
+// cover one row (decode), a few rows (the kernel's multi-row tiles) and more rows than the
+// kernel takes (weight tiles widened for the fp32 GEMM).
+TEST(ModelTest, SixteenBitWeightsComputeWhatFp32ComputesOnTheSameValues) {
+  for (const auto& [stored, name] : {std::pair{DType::kBF16, "bf16"}, {DType::kF16, "fp16"}}) {
+    for (const std::string arch : {"qwen2", "llama"}) {
+      const std::string dir = MakeTiny(std::string("sixteen_") + name + arch, arch, 21, stored);
+      auto as_stored = LoadOrDie(dir, name);
+      auto as_fp32 = LoadOrDie(dir, "fp32");
+      ASSERT_NE(as_stored, nullptr);
+      ASSERT_NE(as_fp32, nullptr);
+      EXPECT_STREQ(as_stored->weight_dtype_name(), name);
+      EXPECT_EQ(as_stored->dtype(), torch::kFloat32);  // activations and KV cache
+      EXPECT_LT(as_stored->weight_bytes(), as_fp32->weight_bytes() * 6 / 10);
+      EXPECT_NE(as_stored->kernel_path().find(std::string(name) + " kernel"), std::string::npos)
+          << as_stored->kernel_path();
+      for (int64_t t : {1, 3, 7, 40}) {
+        const std::vector<int64_t> tokens = RandomTokens(t, 258, 5 + t);
+        const torch::Tensor got = AllLogits(*as_stored, tokens);
+        const torch::Tensor want = AllLogits(*as_fp32, tokens);
+        EXPECT_LT(RelativeError(got, want), 1e-5) << name << " " << arch << " T=" << t;
+      }
+    }
+  }
+}
+
+// --dtype int8 quantizes at load; gpe quantize writes the same weights to a folder a quarter
+// the size, which loads as int8 by itself and computes exactly the same logits. Both stay
+// near fp32 (loosely: this tiny random model has large weights and 2 layers of error growth;
+// model_reference checks int8 exactly against dequantized weights, quality checks BLEU).
+TEST(ModelTest, Int8QuantizedFolderEqualsQuantizingAtLoad) {
+  const std::string dir = MakeTiny("int8_source", "qwen2", 31);
+  const std::string quantized = TempFolder("int8_quantized");
+  ASSERT_TRUE(QuantizeModel(dir, quantized, 2).ok());
+  EXPECT_LT(fs::file_size(quantized + "/model.safetensors"),
+            fs::file_size(dir + "/model.safetensors") * 3 / 10);
+  auto at_load = LoadOrDie(dir, "int8");
+  auto from_folder = LoadOrDie(quantized, "auto");
+  auto fp32 = LoadOrDie(dir, "fp32");
+  ASSERT_NE(at_load, nullptr);
+  ASSERT_NE(from_folder, nullptr);
+  EXPECT_STREQ(from_folder->weight_dtype_name(), "int8");
+  EXPECT_TRUE(from_folder->config().int8_weights);
+  ASSERT_NE(from_folder->tokenizer(), nullptr);
+  for (int64_t t : {1, 5, 40}) {
+    const std::vector<int64_t> tokens = RandomTokens(t, 258, 9 + t);
+    const torch::Tensor a = AllLogits(*at_load, tokens);
+    EXPECT_TRUE(torch::equal(a, AllLogits(*from_folder, tokens))) << "T=" << t;
+    EXPECT_LT(RelativeError(a, AllLogits(*fp32, tokens)), 0.15) << "T=" << t;
+  }
+  // A quantized folder serves only as int8, and is not quantized twice.
+  auto as_fp32 = Model::Load(quantized, {.dtype = "fp32"});
+  EXPECT_EQ(as_fp32.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(as_fp32.status().message().find("--dtype int8"), std::string::npos)
+      << as_fp32.status();
+  EXPECT_FALSE(QuantizeModel(quantized, TempFolder("int8_twice")).ok());
+  // A folder whose config claims int8 without int8 tensors is refused by name.
+  std::ifstream in(quantized + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["quantization_config"]["quant_method"] = "gptq";
+  std::ofstream(quantized + "/config.json") << config.dump();
+  auto gptq = Model::Load(quantized);
+  EXPECT_EQ(gptq.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(gptq.status().message().find("quant_method 'gptq'"), std::string::npos)
+      << gptq.status();
+}
+
+// auto: the checkpoint's own float dtype where a kernel serves it (bf16 stays bf16 on an AVX2
+// CPU), fp32 for fp32 checkpoints.
+TEST(ModelTest, AutoDtypeIsTheStoredOneWhereAKernelServesIt) {
+  auto fp32 = LoadOrDie(MakeTiny("auto_fp32", "qwen2", 41), "auto");
+  auto bf16 = LoadOrDie(MakeTiny("auto_bf16", "qwen2", 42, DType::kBF16), "auto");
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_STREQ(fp32->weight_dtype_name(), "fp32");
+  EXPECT_STREQ(bf16->weight_dtype_name(),
+               cpu::ActiveIsa() == cpu::Isa::kScalar ? "fp32" : "bf16");
 }
 
 }  // namespace
