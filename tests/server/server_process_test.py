@@ -35,11 +35,17 @@ class Server:
                                       "127.0.0.1:0", "--threads", "1", *flags],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
-        line = self.proc.stdout.readline()
-        self.lines.append(line)
-        m = re.search(r"on [\d.]+:(\d+), metrics on port (\d+)", line)
+        m = None
+        while not m and len(self.lines) < 20:  # the kernel path line, then "serving ... on"
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            m = re.search(r"on [\d.]+:(\d+), metrics on port (\d+)", line)
         if not m:
-            raise RuntimeError("gpeserve did not start: " + line + self.proc.stdout.read())
+            self.proc.kill()
+            raise RuntimeError("gpeserve did not start: " + "".join(self.lines) +
+                               self.proc.stdout.read())
         self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
         self.address = f"127.0.0.1:{self.port}"
         threading.Thread(target=self._drain_output, daemon=True).start()
@@ -96,6 +102,10 @@ def main():
 
     # ---- A plain server on the default model ----
     server = Server(a.gpeserve, "--drain_seconds", "20")
+    check("the kernel path is logged before serving (the default model: auto -> its bf16 "
+          "weights on a CPU with AVX2, fp32 without)",
+          re.search(r"gpeserve: cpu (scalar|avx2|avx512), 1 threads: (bf16|fp32) weights, fp32 "
+                    r"activations", "".join(server.lines)) is not None, server.lines)
     channel = grpc.insecure_channel(server.address)
     stub = pb_grpc.GpeserveStub(channel)
     models = stub.ListModels(pb.ListModelsRequest()).models
