@@ -126,7 +126,8 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   } remove_temp{temp};
 
   std::map<std::string, Timings> results;
-  double copy_bandwidth = 0, read_bandwidth = 0;
+  double copy_bandwidth = 0, read_bandwidth = 0, gemm_flops = 0;
+  int64_t step_params = 0;  // multiply-adds per row of a decode step
   int all_threads = 0;
   model::ModelConfig config;
   for (const std::string& dtype : dtypes) {
@@ -152,6 +153,19 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       torch::Tensor dst = torch::empty_like(src);
       copy_bandwidth = 2.0 * buffer_bytes / MedianSeconds(5, [&] { dst.copy_(src); });
       read_bandwidth = buffer_bytes / MedianSeconds(5, [&] { src.sum().item<float>(); });
+      // Compute: libtorch's fp32 GEMM on a prefill-sized product of this model's shapes.
+      const torch::Tensor a = torch::randn({512, c.hidden_size});
+      const torch::Tensor b = torch::randn({c.intermediate_size, c.hidden_size});
+      gemm_flops = 2.0 * 512 * c.hidden_size * c.intermediate_size /
+                   MedianSeconds(3, [&] { torch::nn::functional::linear(a, b); });
+      // Multiply-adds of one row: every matrix, the LM head included, not the embedding.
+      step_params = c.vocab_size * c.hidden_size;
+      for (const model::LayerWeights& l : m.weights().layers) {
+        for (const model::Matrix* w : {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w,
+                                       &l.down_w}) {
+          step_params += w->data.numel();
+        }
+      }
     }
 
     std::vector<torch::Tensor> past_k, past_v;
@@ -196,10 +210,25 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   std::cout << absl::StrFormat(
       "model     %s %s, %d layers, hidden %d, vocab %d; %d threads; CPU %s\n"
       "memory    copy %.2f GB/s (read + written), read %.2f GB/s (read-only sum), measured now\n"
-      "decode    %d cached tokens per row; ratios against %s and against %d row%s\n\n",
+      "compute   %.1f GFLOP/s (libtorch fp32 GEMM, 512 rows, measured now): %.1f GFLOP a row\n"
+      "decode    %d cached tokens per row; ratios against %s and against %d row%s\n",
       config.architecture_name, args.Get("preset").value_or(dir), config.num_layers,
       config.hidden_size, config.vocab_size, all_threads, CpuName(), copy_bandwidth / 1e9,
-      read_bandwidth / 1e9, context, base, r0, r0 == 1 ? "" : "s");
+      read_bandwidth / 1e9, gemm_flops / 1e9, 2.0 * step_params / 1e9, context, base, r0,
+      r0 == 1 ? "" : "s");
+  // A step of r rows takes at least the longer of reading the weights and computing r rows.
+  for (int r : rows) {
+    std::cout << absl::StrFormat("floor     %d row%s: compute %.1f ms at the GEMM's rate", r,
+                                 r == 1 ? " " : "s", 2.0 * r * step_params / gemm_flops * 1e3);
+    for (const std::string& dtype : dtypes) {
+      std::cout << absl::StrFormat("; %s max(read, compute) %.1f ms", dtype,
+                                   std::max(results[dtype].decode_bytes / read_bandwidth,
+                                            2.0 * r * step_params / gemm_flops) *
+                                       1e3);
+    }
+    std::cout << "\n";
+  }
+  std::cout << "\n";
   std::string header = absl::StrFormat("%-6s %9s %10s %9s %8s", "dtype", "MB/step",
                                        absl::StrCat("ms/", r0, "row"), "GB/s", "%read");
   absl::StrAppend(&header, absl::StrFormat(" %8s", absl::StrCat("x", base)));

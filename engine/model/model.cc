@@ -34,9 +34,10 @@ torch::ScalarType TorchType(DType dtype) {
 
 // Activation rows up to which a CPU linear runs the cpu_matmul kernel (weights read once for
 // all rows); beyond, a matrix-matrix product (libtorch's fp32 GEMM, on weight tiles widened to
-// fp32 unless they are fp32 already). Measured with `gpe bench-forward --rows`: the kernel's
-// cost grows slowly up to here, the GEMM's time is flat below it (docs/model.md).
-constexpr int64_t kKernelRows = 16;
+// fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a core
+// from 8 rows up while OpenBLAS's GEMM gives 45 at 32 rows and 62 at 64, 79 only at 512, and
+// the widening costs extra: the crossover is past 64 rows (docs/model.md).
+constexpr int64_t kKernelRows = 64;
 // fp32 elements in one widened weight tile of the prefill path (16 MiB).
 constexpr int64_t kTileElements = int64_t{4} << 20;
 
