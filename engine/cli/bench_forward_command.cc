@@ -161,8 +161,8 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       // Multiply-adds of one row: every matrix, the LM head included, not the embedding.
       step_params = c.vocab_size * c.hidden_size;
       for (const model::LayerWeights& l : m.weights().layers) {
-        for (const model::Matrix* w : {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w,
-                                       &l.down_w}) {
+        for (const model::Matrix* w :
+             {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w, &l.down_w}) {
           step_params += w->data.numel();
         }
       }
@@ -246,10 +246,10 @@ int BenchForwardCommand(int argc, char** argv, int first) {
     const Timings& t = results[dtype];
     const Timings& b = results[base];
     const double one = t.decode_s.at(r0);
-    std::string line = absl::StrFormat(
-        "%-6s %9.1f %10.2f %9.2f %7.0f%% %7.2fx", dtype, t.decode_bytes / 1e6, one * 1e3,
-        t.decode_bytes / one / 1e9, 100.0 * (t.decode_bytes / read_bandwidth) / one,
-        b.decode_s.at(r0) / one);
+    std::string line =
+        absl::StrFormat("%-6s %9.1f %10.2f %9.2f %7.0f%% %7.2fx", dtype, t.decode_bytes / 1e6,
+                        one * 1e3, t.decode_bytes / one / 1e9,
+                        100.0 * (t.decode_bytes / read_bandwidth) / one, b.decode_s.at(r0) / one);
     for (size_t i = 1; i < rows.size(); ++i) {
       const double s = t.decode_s.at(rows[i]);
       absl::StrAppend(&line, absl::StrFormat(" %10.2f %8.2fx", s * 1e3, s / one));
@@ -258,8 +258,8 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       absl::StrAppend(&line, absl::StrFormat(" %9.2f %7.2fx", t.decode_fewer_threads_s * 1e3,
                                              t.decode_fewer_threads_s / one));
     }
-    absl::StrAppend(&line, absl::StrFormat(" %10.0f %7.2fx", prefill / t.prefill_s,
-                                           b.prefill_s / t.prefill_s));
+    absl::StrAppend(
+        &line, absl::StrFormat(" %10.0f %7.2fx", prefill / t.prefill_s, b.prefill_s / t.prefill_s));
     std::cout << line << "\n";
   }
   std::cout << "\nGB/s: weight bytes a step reads over its time; %read: the read roofline's "

@@ -25,8 +25,9 @@ std::vector<std::string> BenchSource(int count);
 // Loads `model_dir`, or the built-in default model when `preset` is "default", or writes a
 // random `preset` model whose tokenizer is a
 // 600-token byte-level BPE trained on BenchWords() to a temporary folder, loads it and removes
-// the folder (the mapping stays valid); logs the model's kernel path on stderr. The model keeps the preset's full vocabulary (its LM
-// head costs what the real checkpoint's does); ids beyond the small tokenizer decode to nothing.
+// the folder (the mapping stays valid); logs the model's kernel path on stderr. The model keeps the
+// preset's full vocabulary (its LM head costs what the real checkpoint's does); ids beyond the
+// small tokenizer decode to nothing.
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const std::string& dtype, int threads);

@@ -152,15 +152,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", false);
   c.torch_dtype = json.value("torch_dtype", "");
   if (auto q = json.find("quantization_config"); q != json.end() && !q->is_null()) {
-    const std::string method = q->is_object() && q->contains("quant_method") &&
-                                        (*q)["quant_method"].is_string()
-                                    ? (*q)["quant_method"].get<std::string>()
-                                    : "";
+    const std::string method =
+        q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
+            ? (*q)["quant_method"].get<std::string>()
+            : "";
     if (method != kInt8QuantMethod) {
-      return Unsupported(name, "quantization_config",
-                         absl::StrCat("quant_method '", method,
-                                      "' is not implemented (gpeserve reads its own '",
-                                      kInt8QuantMethod, "' folders, written by gpe quantize)"));
+      return Unsupported(
+          name, "quantization_config",
+          absl::StrCat("quant_method '", method, "' is not implemented (gpeserve reads its own '",
+                       kInt8QuantMethod, "' folders, written by gpe quantize)"));
     }
     c.int8_weights = true;
   }

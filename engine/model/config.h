@@ -46,7 +46,7 @@ struct ModelConfig {
   bool attention_bias = false;  // bias on q/k/v/o (Qwen2: q/k/v always, o never)
   bool o_proj_bias = false;
   bool mlp_bias = false;
-  std::string torch_dtype;             // stored dtype hint ("bfloat16", "float32", ...)
+  std::string torch_dtype;  // stored dtype hint ("bfloat16", "float32", ...)
   // quantization_config.quant_method "gpeserve_int8": the matrices are stored as int8 with a
   // float32 "<name>_scale" per output row (written by `gpe quantize`). No other method is read.
   bool int8_weights = false;

@@ -2,7 +2,7 @@
 // scale per output row), for the linear layers of a model served on the CPU. The weights are
 // read once for all the activation rows of a call, so a decode step of a few rows costs about
 // what one row costs; prefill converts tiles of weights to fp32 for a matrix-matrix product
-// (model.cc).
+// (linear.cc).
 //
 // One source file per instruction set (cpu_matmul_scalar.cc, cpu_matmul_avx2.cc,
 // cpu_matmul_avx512.cc), each compiled with its own target flags and chosen at run time from

@@ -6,10 +6,10 @@
 
 namespace gpeserve::model::cpu::internal {
 
-#define GPESERVE_CPU_MATMUL_ENTRY_POINTS(Suffix)                                                \
-  void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx,          \
-                          const float* bias, float* y, int64_t ldy, int64_t n_begin,            \
-                          int64_t n_end);                                                       \
+#define GPESERVE_CPU_MATMUL_ENTRY_POINTS(Suffix)                                       \
+  void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx, \
+                          const float* bias, float* y, int64_t ldy, int64_t n_begin,   \
+                          int64_t n_end);                                              \
   void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out);
 
 GPESERVE_CPU_MATMUL_ENTRY_POINTS(Scalar)

@@ -137,8 +137,8 @@ inline void RowBlock(const WeightView& w, int64_t n, const float* x, int64_t m, 
 constexpr int64_t kActivationBytes = 192 * 1024;
 
 template <class V, WeightType T>
-void MatmulRowsTyped(const WeightView& w, const float* x, int64_t m, int64_t ldx,
-                     const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+void MatmulRowsTyped(const WeightView& w, const float* x, int64_t m, int64_t ldx, const float* bias,
+                     float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
   const Output o{T == WeightType::kInt8 ? w.scale : nullptr, bias, y, ldy};
   const Columns all{0, w.cols, true, true};
   if (m == 1) {
@@ -199,34 +199,32 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
 }  // namespace gpeserve::model::cpu::internal
 
 // Defines MatmulRows<Suffix> and DequantizeRows<Suffix> over the traits V.
-#define GPESERVE_DEFINE_CPU_MATMUL(Suffix, V)                                                   \
-  namespace gpeserve::model::cpu::internal {                                                    \
-  void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx,          \
-                          const float* bias, float* y, int64_t ldy, int64_t n_begin,            \
-                          int64_t n_end) {                                                      \
-    switch (w.type) {                                                                           \
-      case WeightType::kF32:                                                                    \
-        return MatmulRowsTyped<V, WeightType::kF32>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
-      case WeightType::kBF16:                                                                   \
-        return MatmulRowsTyped<V, WeightType::kBF16>(w, x, m, ldx, bias, y, ldy, n_begin,       \
-                                                     n_end);                                    \
-      case WeightType::kF16:                                                                    \
-        return MatmulRowsTyped<V, WeightType::kF16>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
-      case WeightType::kInt8:                                                                   \
-        return MatmulRowsTyped<V, WeightType::kInt8>(w, x, m, ldx, bias, y, ldy, n_begin,       \
-                                                     n_end);                                    \
-    }                                                                                           \
-  }                                                                                             \
-  void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out) { \
-    switch (w.type) {                                                                           \
-      case WeightType::kF32:                                                                    \
-        return DequantizeRowsTyped<V, WeightType::kF32>(w, n_begin, n_end, out);                \
-      case WeightType::kBF16:                                                                   \
-        return DequantizeRowsTyped<V, WeightType::kBF16>(w, n_begin, n_end, out);               \
-      case WeightType::kF16:                                                                    \
-        return DequantizeRowsTyped<V, WeightType::kF16>(w, n_begin, n_end, out);                \
-      case WeightType::kInt8:                                                                   \
-        return DequantizeRowsTyped<V, WeightType::kInt8>(w, n_begin, n_end, out);               \
-    }                                                                                           \
-  }                                                                                             \
+#define GPESERVE_DEFINE_CPU_MATMUL(Suffix, V)                                                     \
+  namespace gpeserve::model::cpu::internal {                                                      \
+  void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx,            \
+                          const float* bias, float* y, int64_t ldy, int64_t n_begin,              \
+                          int64_t n_end) {                                                        \
+    switch (w.type) {                                                                             \
+      case WeightType::kF32:                                                                      \
+        return MatmulRowsTyped<V, WeightType::kF32>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);  \
+      case WeightType::kBF16:                                                                     \
+        return MatmulRowsTyped<V, WeightType::kBF16>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+      case WeightType::kF16:                                                                      \
+        return MatmulRowsTyped<V, WeightType::kF16>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);  \
+      case WeightType::kInt8:                                                                     \
+        return MatmulRowsTyped<V, WeightType::kInt8>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+    }                                                                                             \
+  }                                                                                               \
+  void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out) {  \
+    switch (w.type) {                                                                             \
+      case WeightType::kF32:                                                                      \
+        return DequantizeRowsTyped<V, WeightType::kF32>(w, n_begin, n_end, out);                  \
+      case WeightType::kBF16:                                                                     \
+        return DequantizeRowsTyped<V, WeightType::kBF16>(w, n_begin, n_end, out);                 \
+      case WeightType::kF16:                                                                      \
+        return DequantizeRowsTyped<V, WeightType::kF16>(w, n_begin, n_end, out);                  \
+      case WeightType::kInt8:                                                                     \
+        return DequantizeRowsTyped<V, WeightType::kInt8>(w, n_begin, n_end, out);                 \
+    }                                                                                             \
+  }                                                                                               \
   }  // namespace gpeserve::model::cpu::internal

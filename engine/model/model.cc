@@ -32,15 +32,6 @@ torch::ScalarType TorchType(DType dtype) {
   return torch::kFloat32;
 }
 
-// Activation rows up to which a CPU linear runs the cpu_matmul kernel (weights read once for
-// all rows); beyond, a matrix-matrix product (libtorch's fp32 GEMM, on weight tiles widened to
-// fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a core
-// from 8 rows up while OpenBLAS's GEMM gives 45 at 32 rows and 62 at 64, 79 only at 512, and
-// the widening costs extra: the crossover is past 64 rows (docs/model.md).
-constexpr int64_t kKernelRows = 64;
-// fp32 elements in one widened weight tile of the prefill path (16 MiB).
-constexpr int64_t kTileElements = int64_t{4} << 20;
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -175,75 +166,6 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
-cpu::WeightType CpuWeightType(const torch::Tensor& data) {
-  switch (data.scalar_type()) {
-    case torch::kBFloat16:
-      return cpu::WeightType::kBF16;
-    case torch::kFloat16:
-      return cpu::WeightType::kF16;
-    case torch::kChar:
-      return cpu::WeightType::kInt8;
-    default:
-      return cpu::WeightType::kF32;
-  }
-}
-
-// y = x W^T + b on the CPU for fp32 activations x [m, in] and any stored W (see kKernelRows).
-torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
-  const torch::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), out = w.data.size(0), in = w.data.size(1);
-  const cpu::WeightView view{w.data.data_ptr(),
-                             w.scale.defined() ? w.scale.data_ptr<float>() : nullptr,
-                             CpuWeightType(w.data), out, in};
-  const cpu::Isa isa = cpu::ActiveIsa();
-  if (m <= kKernelRows) {
-    torch::Tensor y = torch::empty({m, out}, xc.options());
-    const float* xp = xc.data_ptr<float>();
-    const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-    float* yp = y.data_ptr<float>();
-    at::parallel_for(0, out, 32, [&](int64_t begin, int64_t end) {
-      cpu::MatmulRows(isa, view, xp, m, in, bp, yp, out, begin, end);
-    });
-    return y;
-  }
-  if (view.type == cpu::WeightType::kF32) {
-    return b.defined() ? torch::nn::functional::linear(xc, w.data, b)
-                       : torch::nn::functional::linear(xc, w.data);
-  }
-  // Prefill: widen a tile of weight rows to fp32 (all threads), multiply it with libtorch's
-  // fp32 GEMM, next tile.
-  torch::Tensor y = torch::empty({m, out}, xc.options());
-  const int64_t tile_rows = std::min(out, std::max<int64_t>(64, kTileElements / in));
-  torch::Tensor tile = torch::empty({tile_rows, in}, xc.options());
-  float* tp = tile.data_ptr<float>();
-  for (int64_t n0 = 0; n0 < out; n0 += tile_rows) {
-    const int64_t rows = std::min(tile_rows, out - n0);
-    at::parallel_for(n0, n0 + rows, 16, [&](int64_t begin, int64_t end) {
-      cpu::DequantizeRows(isa, view, begin, end, tp + (begin - n0) * in);
-    });
-    y.narrow(1, n0, rows).copy_(torch::mm(xc, tile.narrow(0, 0, rows).t()));
-  }
-  if (b.defined()) y.add_(b);
-  return y;
-}
-
-torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
-  // Training (gradients) and CUDA use libtorch; CPU inference our kernels.
-  if (x.device().is_cpu() && !x.requires_grad() && !w.data.requires_grad()) {
-    return CpuLinear(x, w, b);
-  }
-  return b.defined() ? torch::nn::functional::linear(x, w.data, b)
-                     : torch::nn::functional::linear(x, w.data);
-}
-
-// Rows `ids` of the embedding, in `dtype`.
-torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType dtype) {
-  if (e.scale.defined()) {
-    return e.data.index_select(0, ids).to(torch::kFloat32) * e.scale.index_select(0, ids).unsqueeze(1);
-  }
-  return e.data.index_select(0, ids).to(dtype);
-}
-
 const char* ServingDtypeName(ServingDtype dtype) {
   switch (dtype) {
     case ServingDtype::kAuto:
@@ -282,7 +204,8 @@ absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType s
     if (requested != ServingDtype::kAuto && requested != ServingDtype::kInt8) {
       return absl::InvalidArgumentError(absl::StrCat(
           dir, " holds int8 weights (written by gpe quantize), which cannot be served as ",
-          ServingDtypeName(requested), ": use --dtype int8 (or auto), or the folder it was "
+          ServingDtypeName(requested),
+          ": use --dtype int8 (or auto), or the folder it was "
           "quantized from"));
     }
     requested = ServingDtype::kInt8;
@@ -312,29 +235,6 @@ absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType s
         "slower than fp32's BLAS: serve with --dtype fp32 (or auto, which picks it)"));
   }
   return requested;
-}
-
-std::string KernelPath(ServingDtype dtype, const torch::Device& device) {
-  const char* name = ServingDtypeName(dtype);
-  if (device.is_cuda()) {
-    return absl::StrCat("cuda: ", name, " weights and activations, libtorch (cuBLAS)");
-  }
-  const cpu::Isa isa = cpu::ActiveIsa();
-  std::string path =
-      absl::StrCat("cpu ", cpu::IsaName(isa), ", ", torch::get_num_threads(), " threads: ", name,
-                   " weights, fp32 activations; steps of up to ", kKernelRows,
-                   " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
-                   " kernel (weights read once per step); larger steps: ");
-  if (dtype == ServingDtype::kF32) {
-    absl::StrAppend(&path, "libtorch fp32 GEMM");
-  } else {
-    absl::StrAppend(&path, name, " tiles widened to fp32 + libtorch fp32 GEMM");
-  }
-  if (cpu::IsaForced()) {
-    absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
-                    cpu::IsaName(cpu::DetectedIsa()), ")");
-  }
-  return path;
 }
 
 }  // namespace
@@ -396,7 +296,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   if (!serving.ok()) return serving.status();
   model->weight_dtype_ = *serving;
   model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
-  model->kernel_path_ = KernelPath(*serving, *device);
+  model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device);
   try {
     // Norms and biases: the activation dtype.
     auto load = [&](const std::string& name,
@@ -431,11 +331,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
                   kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
     // Loads into *out with `loader`, returning early from Load on error.
-#define GPE_LOAD_WITH(loader, out, name, ...)   \
-  do {                                          \
-    auto tensor = loader(name, {__VA_ARGS__});  \
-    if (!tensor.ok()) return tensor.status();   \
-    out = *std::move(tensor);                   \
+#define GPE_LOAD_WITH(loader, out, name, ...)  \
+  do {                                         \
+    auto tensor = loader(name, {__VA_ARGS__}); \
+    if (!tensor.ok()) return tensor.status();  \
+    out = *std::move(tensor);                  \
   } while (0)
 #define GPE_LOAD(out, name, ...) GPE_LOAD_WITH(load, out, name, __VA_ARGS__)
 #define GPE_LOAD_MATRIX(out, name, ...) GPE_LOAD_WITH(load_matrix, out, name, __VA_ARGS__)

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/attention.h"
 #include "engine/model/config.h"
+#include "engine/model/linear.h"
 #include "engine/model/safetensors.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -46,13 +47,6 @@ inline constexpr char kServingDtypeHelp[] =
 
 // Parses "auto", "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int8".
 absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name);
-
-// A weight matrix [out, in]: fp32, bf16 or fp16 values, or int8 with one float32 scale per
-// output row (W[n, k] = data[n, k] * scale[n]).
-struct Matrix {
-  torch::Tensor data;
-  torch::Tensor scale;  // [out] float32; defined only for int8
-};
 
 // A model's weights as served (inference) or as trainable fp32 parameters (training); both run
 // through the same TransformerHidden. Norms and biases are in the activation dtype.

@@ -11,8 +11,7 @@
 
 namespace gpeserve::model {
 
-absl::Status QuantizeModel(const std::string& model_dir, const std::string& out_dir,
-                           int threads) {
+absl::Status QuantizeModel(const std::string& model_dir, const std::string& out_dir, int threads) {
   namespace fs = std::filesystem;
   auto loaded = Model::Load(model_dir, {.dtype = "int8", .device = "cpu", .threads = threads});
   if (!loaded.ok()) return loaded.status();

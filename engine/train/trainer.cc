@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   const model::Weights& w = t->init_->weights();
   t->weights_.embed.data = Trainable(w.embed.data);
   t->weights_.final_norm = Trainable(w.final_norm);
-  t->weights_.lm_head.data = t->init_->config().tie_word_embeddings ? t->weights_.embed.data
-                                                                     : Trainable(w.lm_head.data);
+  t->weights_.lm_head.data =
+      t->init_->config().tie_word_embeddings ? t->weights_.embed.data : Trainable(w.lm_head.data);
   for (const model::LayerWeights& l : w.layers) {
     model::LayerWeights c;
     for (auto [to, from] : {std::pair{&c.input_norm, &l.input_norm},

@@ -103,12 +103,12 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
               for (int64_t i = 0; i < m; ++i) {
                 for (int64_t n = 0; n < ldy; ++n) {
                   const float got = y[static_cast<size_t>(i * ldy + n)];
-                  const std::string where =
-                      std::string(IsaName(isa)) + " " + WeightTypeName(type) + " " +
-                      std::to_string(rows) + "x" + std::to_string(cols) + " m=" +
-                      std::to_string(m) + " rows [" + std::to_string(begin) + ", " +
-                      std::to_string(end) + ") at y[" + std::to_string(i) + ", " +
-                      std::to_string(n) + "]";
+                  const std::string where = std::string(IsaName(isa)) + " " + WeightTypeName(type) +
+                                            " " + std::to_string(rows) + "x" +
+                                            std::to_string(cols) + " m=" + std::to_string(m) +
+                                            " rows [" + std::to_string(begin) + ", " +
+                                            std::to_string(end) + ") at y[" + std::to_string(i) +
+                                            ", " + std::to_string(n) + "]";
                   if (n < begin || n >= end) {
                     ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
                     continue;

@@ -296,7 +296,8 @@ torch::Tensor AllLogits(const Model& m, const std::vector<int64_t>& tokens) {
 
 std::vector<int64_t> RandomTokens(int64_t count, int64_t vocab, uint64_t seed) {
   std::vector<int64_t> tokens;
-  for (int64_t i = 0; i < count; ++i) tokens.push_back(static_cast<int64_t>((seed + i * 7919) % vocab));
+  for (int64_t i = 0; i < count; ++i)
+    tokens.push_back(static_cast<int64_t>((seed + i * 7919) % vocab));
   return tokens;
 }
 
@@ -354,8 +355,7 @@ TEST(ModelTest, Int8QuantizedFolderEqualsQuantizingAtLoad) {
   // A quantized folder serves only as int8, and is not quantized twice.
   auto as_fp32 = Model::Load(quantized, {.dtype = "fp32"});
   EXPECT_EQ(as_fp32.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(as_fp32.status().message().find("--dtype int8"), std::string::npos)
-      << as_fp32.status();
+  EXPECT_NE(as_fp32.status().message().find("--dtype int8"), std::string::npos) << as_fp32.status();
   EXPECT_FALSE(QuantizeModel(quantized, TempFolder("int8_twice")).ok());
   // A folder whose config claims int8 without int8 tensors is refused by name.
   std::ifstream in(quantized + "/config.json");
@@ -376,8 +376,7 @@ TEST(ModelTest, AutoDtypeIsTheStoredOneWhereAKernelServesIt) {
   ASSERT_NE(fp32, nullptr);
   ASSERT_NE(bf16, nullptr);
   EXPECT_STREQ(fp32->weight_dtype_name(), "fp32");
-  EXPECT_STREQ(bf16->weight_dtype_name(),
-               cpu::ActiveIsa() == cpu::Isa::kScalar ? "fp32" : "bf16");
+  EXPECT_STREQ(bf16->weight_dtype_name(), cpu::ActiveIsa() == cpu::Isa::kScalar ? "fp32" : "bf16");
 }
 
 }  // namespace
