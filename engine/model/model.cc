@@ -90,6 +90,14 @@ class WeightSource {
             absl::StrCat(file->path(), ": tensor '", name, "' has shape ", ShapeString(info->shape),
                          " but config.json implies ", ShapeString(shape)));
       }
+      // int8 values mean something only with their scales: never converted to or from.
+      if ((info->dtype == DType::kI8) != (dtype == torch::kChar)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            file->path(), ": tensor '", name, "' is ", DTypeName(info->dtype),
+            info->dtype == DType::kI8
+                ? " but config.json has no quantization_config (int8 weights need their scales)"
+                : " but config.json's quantization_config says the matrices are I8"));
+      }
       torch::Tensor view = torch::from_blob(const_cast<void*>(file->Data(*info)), info->shape,
                                             torch::TensorOptions().dtype(TorchType(info->dtype)));
       // Same dtype on the CPU: the tensor stays a view of the mapping (no copy).

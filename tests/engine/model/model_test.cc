@@ -357,6 +357,42 @@ TEST(ModelTest, Int8QuantizedFolderEqualsQuantizingAtLoad) {
   EXPECT_EQ(as_fp32.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(as_fp32.status().message().find("--dtype int8"), std::string::npos) << as_fp32.status();
   EXPECT_FALSE(QuantizeModel(quantized, TempFolder("int8_twice")).ok());
+  // int8 tensors never pass for floats, nor floats for int8: a folder that mixes them is
+  // refused by file and tensor.
+  {
+    const std::string mixed = TempFolder("int8_mixed");
+    fs::copy(quantized, mixed, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    fs::copy_file(dir + "/model.safetensors", mixed + "/model.safetensors",
+                  fs::copy_options::overwrite_existing);  // fp32 tensors, int8 config
+    auto m = Model::Load(mixed);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+    fs::copy_file(dir + "/config.json", mixed + "/config.json",
+                  fs::copy_options::overwrite_existing);  // plain config
+    fs::copy_file(quantized + "/model.safetensors", mixed + "/model.safetensors",
+                  fs::copy_options::overwrite_existing);  // int8 tensors
+    m = Model::Load(mixed, {.dtype = "fp32"});
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+    EXPECT_NE(m.status().message().find("no quantization_config"), std::string::npos) << m.status();
+    // The int8 folder with one matrix written back as F32.
+    fs::copy_file(quantized + "/config.json", mixed + "/config.json",
+                  fs::copy_options::overwrite_existing);
+    auto q = SafetensorsFile::Open(quantized + "/model.safetensors");
+    auto f = SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(q.ok() && f.ok());
+    const std::string swapped = "model.layers.1.mlp.up_proj.weight";
+    std::vector<TensorToWrite> tensors;
+    for (const TensorInfo& t : (*q)->tensors()) {
+      const auto& from = t.name == swapped ? *f : *q;
+      const TensorInfo* info = from->Find(t.name);
+      tensors.push_back({t.name, info->dtype, info->shape, from->Data(*info)});
+    }
+    fs::remove(mixed + "/model.safetensors");
+    ASSERT_TRUE(WriteSafetensors(mixed + "/model.safetensors", tensors).ok());
+    m = Model::Load(mixed);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+    EXPECT_NE(m.status().message().find("'" + swapped + "' is F32"), std::string::npos)
+        << m.status();
+  }
   // A folder whose config claims int8 without int8 tensors is refused by name.
   std::ifstream in(quantized + "/config.json");
   nlohmann::json config = nlohmann::json::parse(in);
