@@ -21,7 +21,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/client.h"
 #include "engine/cli/args.h"
@@ -155,8 +154,10 @@ absl::StatusOr<v1::SessionConfig> SessionFrom(const cli::Args& args) {
   return config;
 }
 
+// Source words as gpe eval and the server cut them (engine/eval/words.h).
 std::vector<std::string> Words(const std::string& text) {
-  return absl::StrSplit(text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty());
+  const std::vector<std::string_view> words = eval::SplitWords(text);
+  return std::vector<std::string>(words.begin(), words.end());
 }
 
 // AL and LAAL of a finished session in source units, with |Y| = the output's words.

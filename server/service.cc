@@ -3,9 +3,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/eval/words.h"
 #include "engine/tokenizer/unicode.h"
 #include "server/pipe.h"
 
@@ -13,26 +13,6 @@ namespace gpeserve::server {
 
 using v1::StreamRequest;
 using v1::StreamResponse;
-
-std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush) {
-  std::vector<std::string> words;
-  std::string current = std::move(*partial);
-  partial->clear();
-  for (char c : text) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
-      if (!current.empty()) words.push_back(std::move(current));
-      current.clear();
-    } else {
-      current.push_back(c);
-    }
-  }
-  if (flush) {
-    if (!current.empty()) words.push_back(std::move(current));
-  } else {
-    *partial = std::move(current);
-  }
-  return words;
-}
 
 absl::StatusOr<std::string> TakeWholeCharacters(std::string_view text, std::string* carry) {
   std::string all = std::move(*carry);
@@ -81,11 +61,9 @@ absl::Status CheckWord(const std::string& word, int max_bytes) {
   if (!tokenizer::ValidateUtf8(word).ok()) {
     return absl::InvalidArgumentError("a source word is not valid UTF-8");
   }
-  for (char c : word) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
-      return absl::InvalidArgumentError(
-          "a source word contains whitespace; send words without it, or send `text`");
-    }
+  if (!eval::IsOneWord(word)) {
+    return absl::InvalidArgumentError(
+        "a source word contains whitespace; send words without it, or send `text`");
   }
   return absl::OkStatus();
 }
@@ -232,15 +210,15 @@ class StreamReactor final
         std::vector<std::string> words;
         if (chunk.words_size() > 0) {
           if (grpc::Status s = FlushText(); !s.ok()) return s;
-          words = SplitWords("", &partial_, /*flush=*/true);  // a word cut in earlier text
+          words = words_.Finish();  // a word cut in earlier text
           words.insert(words.end(), chunk.words().begin(), chunk.words().end());
         } else {
           // A character cut across chunks waits for its other bytes, as a cut word does.
           auto text = TakeWholeCharacters(chunk.text(), &carry_);
           if (!text.ok()) return ToGrpc(text.status());
-          words = SplitWords(*text, &partial_, /*flush=*/false);
-          if (static_cast<int>(partial_.size()) > config.max_word_bytes) {
-            return ToGrpc(CheckWord(partial_, config.max_word_bytes));
+          words = words_.Add(*text);
+          if (static_cast<int>(words_.partial().size()) > config.max_word_bytes) {
+            return ToGrpc(CheckWord(words_.partial(), config.max_word_bytes));
           }
         }
         if (static_cast<int>(words.size()) > config.max_chunk_words) {
@@ -283,7 +261,7 @@ class StreamReactor final
   }
 
   void EndSource() {
-    Push(SplitWords("", &partial_, /*flush=*/true));
+    Push(words_.Finish());
     source_ended_ = true;
     pipe_->SourceArrived(1);  // the end segment
     handle_->EndSource();
@@ -292,7 +270,7 @@ class StreamReactor final
   Service& service_;
   StreamRequest request_;
   std::shared_ptr<engine::SessionHandle> handle_;  // reactions only
-  std::string partial_;                            // a word cut at the end of the last text chunk
+  eval::WordStream words_;                         // a word cut at the end of the last text chunk
   std::string carry_;                              // a UTF-8 character cut there (its first bytes)
   bool source_ended_ = false;
 };
@@ -315,8 +293,8 @@ class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<Strea
     if (!tokenizer::ValidateUtf8(request.text()).ok()) {
       return {grpc::StatusCode::INVALID_ARGUMENT, "the text is not valid UTF-8"};
     }
-    std::string partial;
-    std::vector<std::string> words = SplitWords(request.text(), &partial, /*flush=*/true);
+    std::vector<std::string> words;
+    for (std::string_view word : eval::SplitWords(request.text())) words.emplace_back(word);
     if (words.empty()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               "the text is empty: Generate needs the whole source (its words)"};

@@ -82,11 +82,6 @@ class Service final : public gpeserve::v1::Gpeserve::CallbackService {
   std::shared_ptr<CallRegistry> registry_;
 };
 
-// Splits text into words on whitespace. A word at the end of `text` that is not followed by
-// whitespace is held in *partial (prefixed by what *partial held before) and not returned;
-// `flush` returns it too.
-std::vector<std::string> SplitWords(const std::string& text, std::string* partial, bool flush);
-
 // Text chunks may cut a UTF-8 character: appends `text` to *carry (the incomplete character the
 // previous chunk ended with) and returns what ends on a character boundary, leaving a trailing
 // incomplete character (at most 3 bytes) in *carry. InvalidArgument when the bytes are not

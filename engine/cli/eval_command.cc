@@ -17,7 +17,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
@@ -246,7 +245,8 @@ int EvalCommand(int argc, char** argv, int first) {
   }
   std::vector<std::vector<std::string>> sources;
   for (size_t i = 0; i < count; ++i) {
-    sources.push_back(absl::StrSplit((*data)[i].source, ' ', absl::SkipWhitespace()));
+    const std::vector<std::string_view> words = eval::SplitWords((*data)[i].source);
+    sources.emplace_back(words.begin(), words.end());
   }
   const bool tty = ::isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();

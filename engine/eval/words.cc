@@ -58,4 +58,27 @@ std::vector<std::string_view> SplitWords(std::string_view text) {
   return words;
 }
 
+bool IsOneWord(std::string_view text) {
+  const std::vector<std::string_view> words = SplitWords(text);
+  return words.size() == 1 && words[0].size() == text.size();
+}
+
+std::vector<std::string> WordStream::Add(std::string_view piece) {
+  const std::string all = partial_ + std::string(piece);
+  partial_.clear();
+  std::vector<std::string_view> views = SplitWords(all);
+  if (!views.empty() && views.back().data() + views.back().size() == all.data() + all.size()) {
+    partial_ = std::string(views.back());  // may continue in the next piece
+    views.pop_back();
+  }
+  return std::vector<std::string>(views.begin(), views.end());
+}
+
+std::vector<std::string> WordStream::Finish() {
+  std::vector<std::string> words;
+  if (!partial_.empty()) words.push_back(std::move(partial_));
+  partial_.clear();
+  return words;
+}
+
 }  // namespace gpeserve::eval
