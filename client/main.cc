@@ -12,22 +12,30 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "client/client.h"
-#include "engine/cli/args.h"
 #include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
 #include "engine/eval/words.h"
+#include "engine/policy/wait_k_policy.h"
+#include "engine/sampler/sampler.h"
+#include "engine/session/stream_session.h"
+#include "flags/groups.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::client {
@@ -49,108 +57,110 @@ bool ReadText(const std::string& path, std::string* out) {
   return true;
 }
 
-// Flags every command shares: where the server is and how to reach it.
-void AddConnectFlags(cli::Args& args) {
-  args.AddString("server", "HOST:PORT", "the server", "127.0.0.1:50051");
-  args.AddString("auth_token_file", "FILE", "send the token in FILE as a bearer token");
-  args.AddString("tls_ca", "FILE", "PEM root certificates: connect with TLS");
-  args.AddString("tls_server_name", "NAME", "expect this name in the server's certificate");
+// Where the server is and how to reach it: every command's flags.
+struct ConnectFlags {
+  ConnectOptions options;  // --server, --tls_server_name
+  std::optional<std::string> auth_token_file;
+  std::optional<std::string> tls_ca_file;
+  // The options with the token and the certificates read from their files.
+  absl::StatusOr<ConnectOptions> Resolve() const;
+};
+
+void AddConnectFlags(flags::FlagSet& flags, ConnectFlags* connect) {
+  flags.Add("server", "HOST:PORT", "the server", &connect->options.server);
+  flags.Add("auth_token_file", "FILE", "send the token in FILE as a bearer token",
+            &connect->auth_token_file);
+  flags.Add("tls_ca", "FILE", "PEM root certificates: connect with TLS", &connect->tls_ca_file);
+  flags.Add("tls_server_name", "NAME", "expect this name in the server's certificate",
+            &connect->options.tls_server_name);
 }
 
-// Flags of a session's configuration.
-void AddSessionFlags(cli::Args& args) {
-  args.AddString("profile", "NAME", "prompt profile (default: the server's)");
-  args.AddString("instruction", "TEXT", "override the profile's instruction");
-  args.AddString("wait_k", "K", "source words read before the first write (default: the server's)");
-  args.AddString("split", "word|token", "source unit", "word");
-  args.AddString("paradigm", "gpe|reencode|interleaved", "streaming paradigm", "gpe");
-  args.AddString("compat", "none|reference",
-                 "reference: the reference evaluation code's rules and output text, token for "
-                 "token (docs/GPE.md 8)",
-                 "none");
-  args.AddString("max_new_tokens", "N", "target tokens at most (default: the server's)");
-  args.AddString("temperature", "T", "sampling temperature (0: greedy)", "0");
-  args.AddString("top_k", "K", "keep the k most likely tokens (0: all)", "0");
-  args.AddString("top_p", "P", "nucleus sampling mass", "1");
-  args.AddString("seed", "N", "sampling seed");
-}
-
-absl::StatusOr<ConnectOptions> ConnectFrom(const cli::Args& args) {
-  ConnectOptions options;
-  options.server = *args.Get("server");
-  if (auto path = args.Get("auth_token_file")) {
+absl::StatusOr<ConnectOptions> ConnectFlags::Resolve() const {
+  ConnectOptions resolved = options;
+  if (auth_token_file) {
     std::string token;
-    if (!ReadText(*path, &token)) return absl::NotFoundError(*path + ": cannot open file");
-    options.auth_token = std::string(absl::StripAsciiWhitespace(token));
-  }
-  if (auto path = args.Get("tls_ca")) {
-    if (!ReadText(*path, &options.tls_ca)) {
-      return absl::NotFoundError(*path + ": cannot open file");
+    if (!ReadText(*auth_token_file, &token)) {
+      return absl::NotFoundError(*auth_token_file + ": cannot open file");
     }
+    resolved.auth_token = std::string(absl::StripAsciiWhitespace(token));
   }
-  if (auto name = args.Get("tls_server_name")) options.tls_server_name = *name;
-  return options;
+  if (tls_ca_file && !ReadText(*tls_ca_file, &resolved.tls_ca)) {
+    return absl::NotFoundError(*tls_ca_file + ": cannot open file");
+  }
+  return resolved;
 }
 
-absl::StatusOr<v1::SessionConfig> SessionFrom(const cli::Args& args) {
+// A session's configuration. An unset optional leaves its SessionConfig field unset, so that
+// the server's default applies; split, paradigm, compat and sampling are always sent.
+struct SessionConfigFlags {
+  std::optional<std::string> profile;
+  std::optional<std::string> instruction;
+  // int64_t: the proto's fields are uint32, and a value above INT_MAX still reaches the server
+  // (which says why it refuses it).
+  std::optional<int64_t> wait_k;
+  std::optional<int64_t> max_new_tokens;
+  policy::SplitMode split = policy::SplitMode::kWord;
+  session::Paradigm paradigm = session::Paradigm::kGpe;
+  policy::Compat compat = policy::Compat::kNone;
+  sampler::SamplingParams sampling;
+  v1::SessionConfig ToProto() const;
+};
+
+// A positive whole number sent as a uint32 field.
+void AddUint32Flag(flags::FlagSet& flags, const std::string& name, std::string value_name,
+                   std::string help, std::optional<int64_t>* field) {
+  flags.Add(name, std::move(value_name), std::move(help), field, {.min = 1});
+  flags.AddCheck([name, field] {
+    if (*field && **field > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name,
+                                                     " takes a whole number in [1, 4294967295] "
+                                                     "(got '",
+                                                     **field, "')"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void AddSessionConfigFlags(flags::FlagSet& flags, SessionConfigFlags* config) {
+  flags.Add("profile", "NAME", "prompt profile (default: the server's)", &config->profile);
+  flags.Add("instruction", "TEXT", "override the profile's instruction", &config->instruction);
+  AddUint32Flag(flags, "wait_k", "K",
+                "source words read before the first write (default: the server's)",
+                &config->wait_k);
+  flags::AddSplitFlag(flags, &config->split);
+  flags::AddParadigmFlag(flags, &config->paradigm);
+  flags::AddCompatFlag(flags, &config->compat);
+  AddUint32Flag(flags, "max_new_tokens", "N", "target tokens at most (default: the server's)",
+                &config->max_new_tokens);
+  flags::AddSamplingFlags(flags, &config->sampling);
+}
+
+v1::SessionConfig SessionConfigFlags::ToProto() const {
   v1::SessionConfig config;
-  if (auto p = args.Get("profile")) config.set_profile(*p);
-  if (auto text = args.Get("instruction")) config.set_instruction(*text);
-  uint32_t n = 0;
-  if (auto k = args.Get("wait_k")) {
-    if (!absl::SimpleAtoi(*k, &n) || n < 1) {
-      return absl::InvalidArgumentError("--wait_k takes a positive whole number");
-    }
-    config.set_wait_k(n);
+  if (profile) config.set_profile(*profile);
+  if (instruction) config.set_instruction(*instruction);
+  if (wait_k) config.set_wait_k(static_cast<uint32_t>(*wait_k));
+  if (max_new_tokens) config.set_max_new_tokens(static_cast<uint32_t>(*max_new_tokens));
+  config.set_split(split == policy::SplitMode::kToken ? v1::SessionConfig::SPLIT_TOKEN
+                                                      : v1::SessionConfig::SPLIT_WORD);
+  switch (paradigm) {
+    case session::Paradigm::kReencode:
+      config.set_paradigm(v1::SessionConfig::PARADIGM_REENCODE);
+      break;
+    case session::Paradigm::kInterleaved:
+      config.set_paradigm(v1::SessionConfig::PARADIGM_INTERLEAVED);
+      break;
+    default:  // kGpe; --paradigm offers no batch
+      config.set_paradigm(v1::SessionConfig::PARADIGM_GPE);
+      break;
   }
-  if (auto m = args.Get("max_new_tokens")) {
-    if (!absl::SimpleAtoi(*m, &n) || n < 1) {
-      return absl::InvalidArgumentError("--max_new_tokens takes a positive whole number");
-    }
-    config.set_max_new_tokens(n);
-  }
-  const std::string split = *args.Get("split"), paradigm = *args.Get("paradigm");
-  if (split == "word") {
-    config.set_split(v1::SessionConfig::SPLIT_WORD);
-  } else if (split == "token") {
-    config.set_split(v1::SessionConfig::SPLIT_TOKEN);
-  } else {
-    return absl::InvalidArgumentError("--split takes word or token");
-  }
-  if (paradigm == "gpe") {
-    config.set_paradigm(v1::SessionConfig::PARADIGM_GPE);
-  } else if (paradigm == "reencode") {
-    config.set_paradigm(v1::SessionConfig::PARADIGM_REENCODE);
-  } else if (paradigm == "interleaved") {
-    config.set_paradigm(v1::SessionConfig::PARADIGM_INTERLEAVED);
-  } else {
-    return absl::InvalidArgumentError("--paradigm takes gpe, reencode or interleaved");
-  }
-  const std::string compat = *args.Get("compat");
-  if (compat == "none") {
-    config.set_compat(v1::SessionConfig::COMPAT_NONE);
-  } else if (compat == "reference") {
-    config.set_compat(v1::SessionConfig::COMPAT_REFERENCE);
-  } else {
-    return absl::InvalidArgumentError("--compat takes none or reference");
-  }
-  double temperature = 0, top_p = 1;
-  int top_k = 0;
-  if (!absl::SimpleAtod(*args.Get("temperature"), &temperature) ||
-      !absl::SimpleAtoi(*args.Get("top_k"), &top_k) ||
-      !absl::SimpleAtod(*args.Get("top_p"), &top_p)) {
-    return absl::InvalidArgumentError("--temperature, --top_k, --top_p take numbers");
-  }
-  config.mutable_sampling()->set_temperature(temperature);
-  config.mutable_sampling()->set_top_k(top_k);
-  config.mutable_sampling()->set_top_p(top_p);
-  if (auto seed = args.Get("seed")) {
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(*seed, &value)) {
-      return absl::InvalidArgumentError("--seed takes a whole number");
-    }
-    config.mutable_sampling()->set_seed(value);
-  }
+  config.set_compat(compat == policy::Compat::kReference ? v1::SessionConfig::COMPAT_REFERENCE
+                                                         : v1::SessionConfig::COMPAT_NONE);
+  v1::Sampling& out = *config.mutable_sampling();
+  out.set_temperature(sampling.temperature);
+  out.set_top_k(sampling.top_k);
+  out.set_top_p(sampling.top_p);
+  if (sampling.seed) out.set_seed(*sampling.seed);
   return config;
 }
 
@@ -178,32 +188,33 @@ std::pair<double, double> Lagging(const v1::SessionDone& done, double x, double 
 }
 
 int StreamCommand(int argc, char** argv) {
-  cli::Args args("gpe-client stream [--text TEXT | --file FILE] [options]",
-                 "Streams a source to the server word by word at --words_per_second (stdin\n"
-                 "when neither --text nor --file is given) and prints the target as it grows:\n"
-                 "one updating line on a terminal; otherwise a line per target word with the\n"
-                 "source words read when it was complete. At the\n"
-                 "end: the full text, the delays, AL and LAAL (source units) and the reason.");
-  AddConnectFlags(args);
-  AddSessionFlags(args);
-  args.AddString("text", "TEXT", "the source text");
-  args.AddString("file", "FILE", "read the source text from FILE");
-  args.AddString("words_per_second", "R", "source pace (0: all at once)", "2");
-  args.AddBool("json", "print the SessionDone as JSON at the end");
-  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
-  auto connect = ConnectFrom(args);
+  flags::FlagSet flags(
+      "gpe-client", "gpe-client stream [--text TEXT | --file FILE] [options]",
+      "Streams a source to the server word by word at --words_per_second (stdin\n"
+      "when neither --text nor --file is given) and prints the target as it grows:\n"
+      "one updating line on a terminal; otherwise a line per target word with the\n"
+      "source words read when it was complete. At the\n"
+      "end: the full text, the delays, AL and LAAL (source units) and the reason.");
+  ConnectFlags connect_flags;
+  SessionConfigFlags session_flags;
+  std::optional<std::string> source_text, source_file;
+  double rate = 2;
+  bool json = false;
+  AddConnectFlags(flags, &connect_flags);
+  AddSessionConfigFlags(flags, &session_flags);
+  flags.Add("text", "TEXT", "the source text", &source_text);
+  flags.Add("file", "FILE", "read the source text from FILE", &source_file);
+  flags.Add("words_per_second", "R", "source pace (0: all at once)", &rate, {.min = 0});
+  flags.Add("json", "print the SessionDone as JSON at the end", &json);
+  if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = connect_flags.Resolve();
   if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
-  auto config = SessionFrom(args);
-  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
-  double rate = 0;
-  if (!absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0) {
-    return Fail("--words_per_second takes a number >= 0", 2);
-  }
+  const v1::SessionConfig config = session_flags.ToProto();
   std::string text;
-  if (auto t = args.Get("text")) {
-    text = *t;
-  } else if (auto f = args.Get("file")) {
-    if (!ReadText(*f, &text)) return Fail(*f + ": cannot open file");
+  if (source_text) {
+    text = *source_text;
+  } else if (source_file) {
+    if (!ReadText(*source_file, &text)) return Fail(*source_file + ": cannot open file");
   } else {
     std::stringstream in;
     in << std::cin.rdbuf();
@@ -213,7 +224,7 @@ int StreamCommand(int argc, char** argv) {
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   const bool tty = ::isatty(STDOUT_FILENO);
   std::string so_far, word;  // the whole target so far; the part since the last word ended
-  auto result = RunSession(*stub, *connect, *config, words, rate, [&](const v1::TokenDelta& d) {
+  auto result = RunSession(*stub, *connect, config, words, rate, [&](const v1::TokenDelta& d) {
     so_far += d.text();
     word += d.text();
     const long long read = static_cast<long long>(d.source_units_read());
@@ -232,7 +243,7 @@ int StreamCommand(int argc, char** argv) {
                                 result.status().message()));
   }
   const v1::SessionDone& done = result->done;
-  const auto [al, laal] = Lagging(done, SourceUnits(*config, done, words.size()),
+  const auto [al, laal] = Lagging(done, SourceUnits(config, done, words.size()),
                                   static_cast<double>(eval::SplitWords(done.text()).size()));
   std::printf("text: %s\n", done.text().c_str());
   std::string delays;
@@ -244,7 +255,7 @@ int StreamCommand(int argc, char** argv) {
     std::printf("note: the session ended with %lld source units received and never read\n",
                 static_cast<long long>(done.source_units_unread()));
   }
-  if (args.GetBool("json")) {
+  if (json) {
     nlohmann::json j = {
         {"text", done.text()},
         {"ids", std::vector<int32_t>(done.ids().begin(), done.ids().end())},
@@ -260,37 +271,37 @@ int StreamCommand(int argc, char** argv) {
 }
 
 int EvalCommand(int argc, char** argv) {
-  cli::Args args("gpe-client eval --data FILE.json [options]",
-                 "Runs every item of a data set (a JSON array of objects with source and\n"
-                 "target strings, as for `gpe eval`) through the server, --concurrency\n"
-                 "sessions at a time, and prints corpus BLEU (sacreBLEU defaults), AL and LAAL\n"
-                 "in source units, computation-aware AL in milliseconds, and throughput.");
-  AddConnectFlags(args);
-  AddSessionFlags(args);
-  args.AddString("data", "FILE", "data set: JSON array of objects");
-  args.AddString("source_key", "KEY", "source field", "en");
-  args.AddString("target_key", "KEY", "reference field", "de");
-  args.AddString("concurrency", "N", "sessions in flight", "8");
-  args.AddString("words_per_second", "R", "source pace of each session (0: all at once)", "0");
-  args.AddString("limit", "N", "evaluate the first N items only");
-  args.AddString("out", "FILE", "write one JSON line per sentence");
-  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
-  if (!args.Get("data")) return Fail("--data is required\n\n" + args.Help(), 2);
-  auto connect = ConnectFrom(args);
-  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
-  auto config = SessionFrom(args);
-  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
-  int concurrency = 0, limit = -1;
+  flags::FlagSet flags(
+      "gpe-client", "gpe-client eval --data FILE.json [options]",
+      "Runs every item of a data set (a JSON array of objects with source and\n"
+      "target strings, as for `gpe eval`) through the server, --concurrency\n"
+      "sessions at a time, and prints corpus BLEU (sacreBLEU defaults), AL and LAAL\n"
+      "in source units, computation-aware AL in milliseconds, and throughput.");
+  ConnectFlags connect_flags;
+  SessionConfigFlags session_flags;
+  std::optional<std::string> data_path, out_path;
+  std::string source_key = "en", target_key = "de";
+  int concurrency = 8;
   double rate = 0;
-  if (!absl::SimpleAtoi(*args.Get("concurrency"), &concurrency) || concurrency < 1 ||
-      !absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0 ||
-      (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit))) {
-    return Fail("--concurrency takes a positive whole number, --words_per_second a number", 2);
-  }
-  auto data =
-      eval::LoadDataset(*args.Get("data"), *args.Get("source_key"), *args.Get("target_key"));
+  std::optional<int> limit;  // a negative one: all items, as when unset
+  AddConnectFlags(flags, &connect_flags);
+  AddSessionConfigFlags(flags, &session_flags);
+  flags.Add("data", "FILE", "data set: JSON array of objects", &data_path);
+  flags.Add("source_key", "KEY", "source field", &source_key);
+  flags.Add("target_key", "KEY", "reference field", &target_key);
+  flags.Add("concurrency", "N", "sessions in flight", &concurrency, {.min = 1});
+  flags.Add("words_per_second", "R", "source pace of each session (0: all at once)", &rate,
+            {.min = 0});
+  flags.Add("limit", "N", "evaluate the first N items only", &limit);
+  flags.Add("out", "FILE", "write one JSON line per sentence", &out_path);
+  if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
+  if (!data_path) return Fail("--data is required\n\n" + flags.Help(), 2);
+  auto connect = connect_flags.Resolve();
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  const v1::SessionConfig config = session_flags.ToProto();
+  auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));
-  const size_t count = limit >= 0 ? std::min<size_t>(limit, data->size()) : data->size();
+  const size_t count = limit && *limit >= 0 ? std::min<size_t>(*limit, data->size()) : data->size();
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   std::vector<absl::StatusOr<SessionTrace>> results(count, absl::UnknownError("not run"));
   std::atomic<size_t> next{0}, finished{0};
@@ -301,7 +312,7 @@ int EvalCommand(int argc, char** argv) {
   for (int w = 0; w < concurrency; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < count; i = next++) {
-        results[i] = RunSession(*stub, *connect, *config, Words((*data)[i].source), rate);
+        results[i] = RunSession(*stub, *connect, config, Words((*data)[i].source), rate);
         const size_t n = ++finished;
         std::lock_guard<std::mutex> lock(progress_mu);
         const double s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -317,9 +328,9 @@ int EvalCommand(int argc, char** argv) {
   if (tty) std::fprintf(stderr, "\n");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::ofstream out;
-  if (auto path = args.Get("out")) {
-    out.open(*path);
-    if (!out) return Fail(*path + ": cannot create file");
+  if (out_path) {
+    out.open(*out_path);
+    if (!out) return Fail(*out_path + ": cannot create file");
   }
   std::vector<std::string> hyps, refs;
   double al = 0, laal = 0, al_ms = 0;
@@ -332,7 +343,7 @@ int EvalCommand(int argc, char** argv) {
     }
     const v1::SessionDone& done = results[i]->done;
     const double y = static_cast<double>(eval::SplitWords(done.text()).size());
-    const double x = SourceUnits(*config, done, Words((*data)[i].source).size());
+    const double x = SourceUnits(config, done, Words((*data)[i].source).size());
     const auto [a, l] = Lagging(done, x, y);
     al += a;
     laal += l;
@@ -372,7 +383,8 @@ int EvalCommand(int argc, char** argv) {
             << "signature: " << eval::BleuScore::Signature() << "\n"
             << absl::StrFormat(
                    "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, concurrency %d)\n",
-                   al / n, laal / n, count, *args.Get("paradigm"), concurrency)
+                   al / n, laal / n, count, session::ParadigmName(session_flags.paradigm),
+                   concurrency)
             << absl::StrFormat("computation-aware AL = %.1f ms\n", al_ms / n)
             << absl::StrFormat(
                    "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens\n",
@@ -383,18 +395,22 @@ int EvalCommand(int argc, char** argv) {
 }
 
 int HealthCommand(int argc, char** argv) {
-  cli::Args args("gpe-client health [--server HOST:PORT]",
-                 "Asks grpc.health.v1.Health/Check; prints SERVING or NOT_SERVING and exits 0\n"
-                 "only when the server is SERVING.");
-  AddConnectFlags(args);
-  args.AddString("timeout", "S", "seconds to wait for an answer", "5");
-  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
-  auto connect = ConnectFrom(args);
-  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
+  flags::FlagSet flags(
+      "gpe-client", "gpe-client health [--server HOST:PORT]",
+      "Asks grpc.health.v1.Health/Check; prints SERVING or NOT_SERVING and exits 0\n"
+      "only when the server is SERVING.");
+  ConnectFlags connect_flags;
   double timeout = 5;
-  if (!absl::SimpleAtod(*args.Get("timeout"), &timeout) || timeout <= 0) {
-    return Fail("--timeout takes a positive number", 2);
-  }
+  AddConnectFlags(flags, &connect_flags);
+  flags.Add("timeout", "S", "seconds to wait for an answer", &timeout);
+  flags.AddCheck([&timeout] {
+    return timeout > 0 ? absl::OkStatus()
+                       : absl::InvalidArgumentError(absl::StrCat(
+                             "--timeout takes a positive number (got '", timeout, "')"));
+  });
+  if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = connect_flags.Resolve();
+  if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
   auto serving = CheckHealth(*connect, timeout);
   if (!serving.ok()) {
     std::cout << "UNREACHABLE (" << absl::StatusCodeToString(serving.status().code()) << ": "
@@ -406,11 +422,12 @@ int HealthCommand(int argc, char** argv) {
 }
 
 int ModelsCommand(int argc, char** argv) {
-  cli::Args args("gpe-client models [--server HOST:PORT]",
-                 "Lists what the server serves (ListModels), as JSON.");
-  AddConnectFlags(args);
-  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
-  auto connect = ConnectFrom(args);
+  flags::FlagSet flags("gpe-client", "gpe-client models [--server HOST:PORT]",
+                       "Lists what the server serves (ListModels), as JSON.");
+  ConnectFlags connect_flags;
+  AddConnectFlags(flags, &connect_flags);
+  if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = connect_flags.Resolve();
   if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   grpc::ClientContext context;
@@ -439,33 +456,32 @@ int ModelsCommand(int argc, char** argv) {
 }
 
 int BenchCommand(int argc, char** argv) {
-  cli::Args args("gpe-client bench [options]",
-                 "A load generator: --sessions clients each run sessions back to back for\n"
-                 "--duration seconds, sending --words words per session at --words_per_second,\n"
-                 "and prints throughput (target tokens/s, sessions/s) and percentiles of the\n"
-                 "time to first token, inter-token latency and session time, with errors by code.");
-  AddConnectFlags(args);
-  AddSessionFlags(args);
-  args.AddString("sessions", "N", "concurrent sessions", "8");
-  args.AddString("duration", "S", "seconds to run", "30");
-  args.AddString("words", "N", "source words per session", "20");
-  args.AddString("words_per_second", "R", "source pace of each session (0: all at once)", "4");
-  if (auto code = args.ParseOrExit(argc, argv, 2)) return *code;
-  auto connect = ConnectFrom(args);
+  flags::FlagSet flags(
+      "gpe-client", "gpe-client bench [options]",
+      "A load generator: --sessions clients each run sessions back to back for\n"
+      "--duration seconds, sending --words words per session at --words_per_second,\n"
+      "and prints throughput (target tokens/s, sessions/s) and percentiles of the\n"
+      "time to first token, inter-token latency and session time, with errors by code.");
+  ConnectFlags connect_flags;
+  SessionConfigFlags session_flags;
+  int sessions = 8, words = 20;
+  double duration = 30, rate = 4;
+  AddConnectFlags(flags, &connect_flags);
+  AddSessionConfigFlags(flags, &session_flags);
+  flags.Add("sessions", "N", "concurrent sessions", &sessions, {.min = 1});
+  flags.Add("duration", "S", "seconds to run", &duration);
+  flags.AddCheck([&duration] {
+    return duration > 0 ? absl::OkStatus()
+                        : absl::InvalidArgumentError(absl::StrCat(
+                              "--duration takes a positive number (got '", duration, "')"));
+  });
+  flags.Add("words", "N", "source words per session", &words, {.min = 1});
+  flags.Add("words_per_second", "R", "source pace of each session (0: all at once)", &rate,
+            {.min = 0});
+  if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
+  auto connect = connect_flags.Resolve();
   if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
-  auto config = SessionFrom(args);
-  if (!config.ok()) return Fail(std::string(config.status().message()), 2);
-  int sessions = 0, words = 0;
-  double duration = 0, rate = 0;
-  if (!absl::SimpleAtoi(*args.Get("sessions"), &sessions) || sessions < 1 ||
-      !absl::SimpleAtoi(*args.Get("words"), &words) || words < 1 ||
-      !absl::SimpleAtod(*args.Get("duration"), &duration) || duration <= 0 ||
-      !absl::SimpleAtod(*args.Get("words_per_second"), &rate) || rate < 0) {
-    return Fail(
-        "--sessions and --words take positive whole numbers, --duration a positive "
-        "number, --words_per_second a number >= 0",
-        2);
-  }
+  const v1::SessionConfig config = session_flags.ToProto();
   static const std::vector<std::string> vocabulary = {
       "the",    "speaker", "said", "that", "our",   "city", "will", "build", "a",
       "new",    "bridge",  "over", "the",  "river", "next", "year", "and",   "many",
@@ -487,7 +503,7 @@ int BenchCommand(int argc, char** argv) {
           source.push_back(vocabulary[(i + 7 * w + 3 * round) % vocabulary.size()]);
         }
         const Clock::time_point began = Clock::now();
-        auto result = RunSession(*stub, *connect, *config, source, rate);
+        auto result = RunSession(*stub, *connect, config, source, rate);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - began).count();
         std::lock_guard<std::mutex> lock(mu);
         if (!result.ok()) {

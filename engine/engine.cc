@@ -77,6 +77,20 @@ struct Engine::Impl {
   void Publish();
 };
 
+absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineConfig& config) {
+  if (config.kv_blocks > 0) return config.kv_blocks;
+  const model::ModelConfig& c = model.config();
+  const int64_t block_bytes = kv::KvPool::BlockBytes(
+      config.block_size, {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype());
+  const int64_t blocks = config.kv_cache_memory / block_bytes;
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory of ", config.kv_cache_memory,
+                                                   " bytes holds no block of ", block_bytes,
+                                                   " bytes"));
+  }
+  return blocks;
+}
+
 absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const model::Model> model,
                                                        const EngineConfig& config) {
   if (model == nullptr || model->tokenizer() == nullptr) {
@@ -92,26 +106,17 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
         "long_read_slowdown must be 0 (no pacing) or at least 1, got ", config.long_read_slowdown));
   }
   const model::ModelConfig& c = model->config();
-  int64_t blocks = config.kv_blocks;
-  if (blocks <= 0) {
-    const int64_t block_bytes = 2 * c.num_layers * config.block_size * c.num_kv_heads * c.head_dim *
-                                static_cast<int64_t>(torch::elementSize(model->dtype()));
-    blocks = config.kv_cache_memory / block_bytes;
-    if (blocks < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory of ", config.kv_cache_memory,
-                                                     " bytes holds no block of ", block_bytes,
-                                                     " bytes"));
-    }
-  }
+  const absl::StatusOr<int64_t> blocks = KvCacheBlocks(*model, config);
+  if (!blocks.ok()) return blocks.status();
   std::shared_ptr<Engine> engine(new Engine());
   engine->model_ = std::move(model);
   engine->impl_ = std::make_unique<Impl>();
   Impl& impl = *engine->impl_;
   impl.config = config;
-  impl.config.kv_blocks = blocks;
+  impl.config.kv_blocks = *blocks;
   impl.pacer = std::make_unique<scheduler::LongReadPacer>(config.long_read_slowdown);
   const kv::KvCacheConfig kv_config{.block_size = config.block_size,
-                                    .num_blocks = static_cast<int>(blocks)};
+                                    .num_blocks = static_cast<int>(*blocks)};
   impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
   auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
                                  engine->model_->dtype(), engine->model_->device());

@@ -48,6 +48,10 @@ struct EngineConfig {
   std::function<void(int64_t tokens)> on_step;
 };
 
+// The KV cache blocks `config` asks for on `model`: kv_blocks, or as many as kv_cache_memory
+// holds (InvalidArgument when not one).
+absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineConfig& config);
+
 // What the engine serves, for listings and logs.
 struct EngineInfo {
   std::string architecture;  // e.g. Qwen2ForCausalLM

@@ -9,19 +9,21 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cli/args.h"
+#include "absl/strings/str_join.h"
 #include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/eval/latency.h"
 #include "engine/model/model.h"
+#include "flags/groups.h"
 
 namespace gpeserve::cli {
 namespace {
@@ -244,60 +246,62 @@ int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
 }  // namespace
 
 int BenchCommand(int argc, char** argv, int first) {
-  Args args("gpe bench (--preset NAME | --model DIR) [options]",
-            "Runs --sessions concurrent streaming sessions on one engine for each count and\n"
-            "prints aggregate target and source tokens/s, time to first token and inter-token\n"
-            "latency (p50, p99), average tokens and sessions per forward step, and each row's\n"
-            "target throughput relative to the first row. Each session gets --words source\n"
-            "words at once (wait-k reads them as the policy asks) and writes --target_tokens\n"
-            "tokens, greedy, end-of-sequence ignored.\n"
-            "With --long_prompt N: for each count, the session latency (Open to end) of rounds\n"
-            "of short sessions alone, then while one session reads a prompt of N tokens (only\n"
-            "rounds that end before that read does count), and the ratio of the two medians.");
-  args.AddString("preset", "NAME",
-                 "make a random-weight model of this preset ('default': the built-in model)",
-                 "qwen2.5-0.5b");
-  args.AddString("model", "DIR", "an existing model folder instead of --preset");
-  args.AddString("sessions", "N,N", "concurrent sessions per row", "1,8,32,64");
-  args.AddString("words", "N", "source words per session", "40");
-  args.AddString("wait_k", "K", "source words read before the first write", "3");
-  args.AddString("target_tokens", "N", "target tokens per session (default: 2 per word)");
-  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
-  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("block_size", "N", "tokens per KV block", "16");
-  args.AddString("max_batch_tokens", "N", "tokens in one forward pass", "512");
-  args.AddString("max_sessions_per_step", "N", "sessions in one forward pass", "64");
-  args.AddString("long_prompt", "N", "tokens of the long prompt read meanwhile (0: off)", "0");
-  args.AddString("rounds", "N", "--long_prompt: rounds of short sessions per count", "5");
-  args.AddString("long_read_slowdown", "F",
-                 "engine: pace long reads to slow the others' steps at most F times (0: off)",
-                 "1.5");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  std::vector<int> counts;
-  int words = 0, wait_k = 0, target = 0, threads = 0, block_size = 0, max_tokens = 0,
-      max_per_step = 0, long_prompt = 0, rounds = 0;
-  double slowdown = 0;
-  if (!ParsePositiveList(*args.Get("sessions"), &counts) ||
-      !absl::SimpleAtoi(*args.Get("words"), &words) || words < 1 ||
-      !absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
-      (args.Get("target_tokens") &&
-       (!absl::SimpleAtoi(*args.Get("target_tokens"), &target) || target < 1)) ||
-      !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
-      !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_tokens) || max_tokens < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
-      !absl::SimpleAtoi(*args.Get("long_prompt"), &long_prompt) || long_prompt < 0 ||
-      !absl::SimpleAtoi(*args.Get("rounds"), &rounds) || rounds < 1 ||
-      !absl::SimpleAtod(*args.Get("long_read_slowdown"), &slowdown) ||
-      !(slowdown == 0 || slowdown >= 1)) {
-    std::cerr << "gpe: --sessions takes positive whole numbers separated by commas; --words, "
-                 "--wait_k, --target_tokens, --block_size, --max_batch_tokens, "
-                 "--max_sessions_per_step, --rounds positive whole numbers; --threads, "
-                 "--long_prompt whole numbers; --long_read_slowdown 0 or a number >= 1\n";
-    return 2;
-  }
-  if (target == 0) target = 2 * words;
-  auto loaded = LoadBenchModel(args.Get("model"), *args.Get("preset"), *args.Get("dtype"), threads);
+  flags::FlagSet flags(
+      "gpe", "gpe bench (--preset NAME | --model DIR) [options]",
+      "Runs --sessions concurrent streaming sessions on one engine for each count and\n"
+      "prints aggregate target and source tokens/s, time to first token and inter-token\n"
+      "latency (p50, p99), average tokens and sessions per forward step, and each row's\n"
+      "target throughput relative to the first row. Each session gets --words source\n"
+      "words at once (wait-k reads them as the policy asks) and writes --target_tokens\n"
+      "tokens, greedy, end-of-sequence ignored.\n"
+      "With --long_prompt N: for each count, the session latency (Open to end) of rounds\n"
+      "of short sessions alone, then while one session reads a prompt of N tokens (only\n"
+      "rounds that end before that read does count), and the ratio of the two medians.");
+  std::string preset = "qwen2.5-0.5b";
+  flags.Add("preset", "NAME",
+            "make a random-weight model of this preset ('default': the built-in model)", &preset);
+  flags::ModelFlags model_flags;
+  flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset",
+                       /*with_device=*/false);
+  std::vector<int> counts = {1, 8, 32, 64};
+  flags.AddParsed("sessions", "N,N", "concurrent sessions per row", absl::StrJoin(counts, ","),
+                  [&counts](std::string_view text) { return ParsePositiveList(text, &counts); });
+  int words = 40;
+  flags.Add("words", "N", "source words per session", &words, {.min = 1});
+  engine::SessionConfig config;
+  config.options.policy.wait_k = 3;
+  flags::AddWaitKFlag(flags, &config.options.policy.wait_k);
+  std::optional<int> target_tokens;
+  flags.Add("target_tokens", "N", "target tokens per session (default: 2 per word)", &target_tokens,
+            {.min = 1});
+  // kv_blocks and max_sessions follow from the rows (below), not from flags.
+  engine::EngineConfig engine_config;
+  flags.Add("block_size", "N", "tokens per KV block", &engine_config.block_size, {.min = 1});
+  flags.Add("max_batch_tokens", "N", "tokens in one forward pass",
+            &engine_config.scheduler.max_batch_tokens, {.min = 1});
+  flags.Add("max_sessions_per_step", "N", "sessions in one forward pass",
+            &engine_config.scheduler.max_sessions_per_step, {.min = 1});
+  int long_prompt = 0, rounds = 5;
+  flags.Add("long_prompt", "N", "tokens of the long prompt read meanwhile (0: off)", &long_prompt,
+            {.min = 0});
+  flags.Add("rounds", "N", "--long_prompt: rounds of short sessions per count", &rounds,
+            {.min = 1});
+  flags.Add("long_read_slowdown", "F",
+            "engine: pace long reads to slow the others' steps at most F times (0: off)",
+            &engine_config.long_read_slowdown, {.min = 0});
+  flags.AddCheck([&engine_config] {
+    const double slowdown = engine_config.long_read_slowdown;
+    if (slowdown > 0 && slowdown < 1) {
+      return absl::InvalidArgumentError("--long_read_slowdown takes 0 (off) or a number >= 1");
+    }
+    return absl::OkStatus();
+  });
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  const int wait_k = config.options.policy.wait_k;
+  const int target = target_tokens.value_or(2 * words);
+  const int threads = model_flags.options.threads;
+  const int block_size = engine_config.block_size;
+  auto loaded = LoadBenchModel(model_flags.dir, preset, model_flags.options);
   if (!loaded.ok()) {
     std::cerr << "gpe: " << loaded.status().message() << "\n";
     return 1;
@@ -305,9 +309,7 @@ int BenchCommand(int argc, char** argv, int first) {
   const std::shared_ptr<const model::Model> m = *loaded;
   auto profile = policy::LoadProfile("qwen2.5");
   if (!profile.ok()) return 1;
-  engine::SessionConfig config;
   config.options.profile = *profile;
-  config.options.policy.wait_k = wait_k;
   config.options.policy.max_new_tokens = target;
   config.options.policy.ignore_eos = true;
   config.options.policy.max_lag_words = 1 << 20;
@@ -316,13 +318,8 @@ int BenchCommand(int argc, char** argv, int first) {
   const std::vector<std::string> source = BenchSource(words);
   const int most = *std::max_element(counts.begin(), counts.end());
   const int64_t per_session = (64 + 4 * words + target) / block_size + 6;
-  engine::EngineConfig engine_config;
-  engine_config.block_size = block_size;
   engine_config.kv_blocks = most * per_session + 16 + 2 * long_prompt / block_size;
-  engine_config.scheduler.max_batch_tokens = max_tokens;
-  engine_config.scheduler.max_sessions_per_step = max_per_step;
   engine_config.max_sessions = most + 1;
-  engine_config.long_read_slowdown = slowdown;
   auto eng = engine::Engine::Create(m, engine_config);
   if (!eng.ok()) {
     std::cerr << "gpe: " << eng.status().message() << "\n";
@@ -332,10 +329,9 @@ int BenchCommand(int argc, char** argv, int first) {
   std::cout << absl::StrFormat(
       "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
       "session; max_batch_tokens %d; CPU %s\n",
-      c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
-      m->weight_dtype_name(),
+      c.architecture_name, model_flags.dir.value_or(preset), c.num_layers, m->weight_dtype_name(),
       threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
-      target, max_tokens, CpuName());
+      target, engine_config.scheduler.max_batch_tokens, CpuName());
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;

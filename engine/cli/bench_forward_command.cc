@@ -7,18 +7,21 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engine/cli/args.h"
 #include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
+#include "flags/flags.h"
 
 namespace gpeserve::cli {
 namespace {
@@ -60,62 +63,62 @@ struct Timings {
 }  // namespace
 
 int BenchForwardCommand(int argc, char** argv, int first) {
-  Args args("gpe bench-forward (--preset NAME | --model DIR) [options]",
-            "Times decode steps of --rows rows (each attending to --context cached tokens) and\n"
-            "a prefill of --prefill tokens in every dtype of --dtypes, and compares them with\n"
-            "the memory roofline (the bytes a decode step reads over the bandwidth measured in\n"
-            "this run), with fp32, with one row and with --fewer_threads threads. A --preset\n"
-            "model is written once with bf16 weights, so every dtype serves the same values.");
-  args.AddString("preset", "NAME", "make a random-weight model of this preset (qwen2.5-0.5b, ...)");
-  args.AddString("arch", "qwen2|llama|mistral", "architecture for --preset", "qwen2");
-  args.AddString("model", "DIR", "an existing model folder instead of --preset");
-  args.AddString("dtypes", "LIST", "serving dtypes to compare (fp32 first: the baseline)",
-                 "fp32,bf16,fp16,int8");
-  args.AddString("rows", "LIST", "rows per decode step (the first is the baseline)", "1,8");
-  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("fewer_threads", "N", "also time 1-row decode with N threads (0 = skip)", "1");
-  args.AddString("context", "N", "cached tokens each decode row attends to", "128");
-  args.AddString("prefill", "N", "tokens in the prefill", "512");
-  args.AddString("runs", "N", "timed runs (median)", "10");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  int threads = 0, fewer_threads = 0, context = 0, prefill = 0, runs = 0;
-  std::vector<int> rows;
-  if (!absl::SimpleAtoi(*args.Get("threads"), &threads) ||
-      !absl::SimpleAtoi(*args.Get("fewer_threads"), &fewer_threads) ||
-      !absl::SimpleAtoi(*args.Get("context"), &context) ||
-      !absl::SimpleAtoi(*args.Get("prefill"), &prefill) ||
-      !absl::SimpleAtoi(*args.Get("runs"), &runs) || context < 0 || prefill < 1 || runs < 1 ||
-      fewer_threads < 0 || !ParsePositiveList(*args.Get("rows"), &rows)) {
-    std::cerr << "gpe: --threads, --fewer_threads, --context, --prefill, --runs and --rows take "
-                 "whole numbers\n";
-    return 2;
-  }
-  const std::vector<std::string> dtypes = absl::StrSplit(*args.Get("dtypes"), ',');
-  for (const std::string& d : dtypes) {
-    if (!model::ParseServingDtype(d).ok()) {
-      std::cerr << "gpe: --dtypes: unknown dtype '" << d << "' (" << model::kServingDtypeChoices
-                << ")\n";
-      return 2;
-    }
-  }
+  flags::FlagSet flags(
+      "gpe", "gpe bench-forward (--preset NAME | --model DIR) [options]",
+      "Times decode steps of --rows rows (each attending to --context cached tokens) and\n"
+      "a prefill of --prefill tokens in every dtype of --dtypes, and compares them with\n"
+      "the memory roofline (the bytes a decode step reads over the bandwidth measured in\n"
+      "this run), with fp32, with one row and with --fewer_threads threads. A --preset\n"
+      "model is written once with bf16 weights, so every dtype serves the same values.");
+  model::MakeModelOptions make;
+  make.dtype = model::DType::kBF16;
+  std::optional<std::string> preset, model_dir;
+  flags.Add("preset", "NAME", "make a random-weight model of this preset (qwen2.5-0.5b, ...)",
+            &preset);
+  flags.Add("arch", "qwen2|llama|mistral", "architecture for --preset", &make.arch);
+  flags.Add("model", "DIR", "an existing model folder instead of --preset", &model_dir);
+  std::vector<std::string> dtypes = {"fp32", "bf16", "fp16", "int8"};
+  flags.AddParsed(
+      "dtypes", "LIST", "serving dtypes to compare (fp32 first: the baseline)",
+      absl::StrJoin(dtypes, ","), [&dtypes](std::string_view text) {
+        std::vector<std::string> parsed =
+            absl::StrSplit(absl::string_view(text.data(), text.size()), ',');
+        for (const std::string& d : parsed) {
+          if (!model::ParseServingDtype(d).ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "takes serving dtypes separated by commas (", model::kServingDtypeChoices, ")"));
+          }
+        }
+        dtypes = std::move(parsed);
+        return absl::OkStatus();
+      });
+  std::vector<int> rows = {1, 8};
+  flags.AddParsed("rows", "LIST", "rows per decode step (the first is the baseline)",
+                  absl::StrJoin(rows, ","),
+                  [&rows](std::string_view text) { return ParsePositiveList(text, &rows); });
+  int threads = 0, fewer_threads = 1, context = 128, prefill = 512, runs = 10;
+  flags.Add("threads", "N", "CPU threads (0 = all cores)", &threads, {.min = 0});
+  flags.Add("fewer_threads", "N", "also time 1-row decode with N threads (0 = skip)",
+            &fewer_threads, {.min = 0});
+  flags.Add("context", "N", "cached tokens each decode row attends to", &context, {.min = 0});
+  flags.Add("prefill", "N", "tokens in the prefill", &prefill, {.min = 1});
+  flags.Add("runs", "N", "timed runs (median)", &runs, {.min = 1});
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
   std::string dir;
   std::filesystem::path temp;
-  if (auto model = args.Get("model")) {
-    dir = *model;
-  } else if (auto preset = args.Get("preset")) {
+  if (model_dir) {
+    dir = *model_dir;
+  } else if (preset) {
     temp = std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-", ::getpid());
-    model::MakeModelOptions o;
-    o.arch = *args.Get("arch");
-    o.preset = *preset;
-    o.dtype = model::DType::kBF16;
+    make.preset = *preset;
     std::cerr << "gpe: writing a random " << *preset << " model to " << temp << "\n";
-    if (absl::Status s = model::MakeModel(o, temp.string()); !s.ok()) {
+    if (absl::Status s = model::MakeModel(make, temp.string()); !s.ok()) {
       std::cerr << "gpe: " << s.message() << "\n";
       return 1;
     }
     dir = temp.string();
   } else {
-    std::cerr << "gpe: give --preset NAME or --model DIR\n\n" << args.Help();
+    std::cerr << "gpe: give --preset NAME or --model DIR\n\n" << flags.Help();
     return 2;
   }
   struct RemoveTemp {
@@ -212,10 +215,9 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       "memory    copy %.2f GB/s (read + written), read %.2f GB/s (read-only sum), measured now\n"
       "compute   %.1f GFLOP/s (libtorch fp32 GEMM, 512 rows, measured now): %.1f GFLOP a row\n"
       "decode    %d cached tokens per row; ratios against %s and against %d row%s\n",
-      config.architecture_name, args.Get("preset").value_or(dir), config.num_layers,
-      config.hidden_size, config.vocab_size, all_threads, CpuName(), copy_bandwidth / 1e9,
-      read_bandwidth / 1e9, gemm_flops / 1e9, 2.0 * step_params / 1e9, context, base, r0,
-      r0 == 1 ? "" : "s");
+      config.architecture_name, preset.value_or(dir), config.num_layers, config.hidden_size,
+      config.vocab_size, all_threads, CpuName(), copy_bandwidth / 1e9, read_bandwidth / 1e9,
+      gemm_flops / 1e9, 2.0 * step_params / 1e9, context, base, r0, r0 == 1 ? "" : "s");
   // A step of r rows takes at least the longer of reading the weights and computing r rows.
   for (int r : rows) {
     std::cout << absl::StrFormat("floor     %d row%s: compute %.1f ms at the GEMM's rate", r,

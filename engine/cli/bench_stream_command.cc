@@ -8,14 +8,15 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "engine/cli/args.h"
+#include "absl/strings/str_join.h"
 #include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/session/runner.h"
+#include "flags/groups.h"
 
 namespace gpeserve::cli {
 namespace {
@@ -98,39 +99,33 @@ absl::StatusOr<Run> RunScripted(const model::Model& model, const session::Sessio
 }  // namespace
 
 int BenchStreamCommand(int argc, char** argv, int first) {
-  Args args("gpe bench-stream (--preset NAME | --model DIR) [options]",
-            "Streams sources of --words lengths through a session in the gpe and the reencode\n"
-            "paradigm with a scripted target (--target_tokens tokens per source word) and\n"
-            "prints, per paradigm, the cost of a read (the read and the first forward of the\n"
-            "write after it; the median of 5 reads from word --at, and of the last 5 words)\n"
-            "and the total time, with its ratio to gpe's.");
-  args.AddString("preset", "NAME", "make a random-weight model of this preset", "qwen2.5-0.5b");
-  args.AddString("model", "DIR", "an existing model folder instead of --preset");
-  args.AddString("words", "N,N", "source lengths in words", "60,200");
-  args.AddString("wait_k", "K", "source words read before the first write", "5");
-  args.AddString("at", "N", "the early read to compare the last one with (word number)", "5");
-  args.AddString("target_tokens", "N", "target tokens written per source word", "2");
-  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
-  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("block_size", "N", "tokens per KV block", "16");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  int wait_k = 0, at = 0, per_word = 0, threads = 0, block_size = 0;
-  std::vector<int> lengths;
-  if (!ParsePositiveList(*args.Get("words"), &lengths)) {
-    std::cerr << "gpe: --words takes positive whole numbers separated by commas\n";
-    return 2;
-  }
-  if (!absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
-      !absl::SimpleAtoi(*args.Get("at"), &at) || at < 1 ||
-      !absl::SimpleAtoi(*args.Get("target_tokens"), &per_word) || per_word < 1 ||
-      !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
-      !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1) {
-    std::cerr << "gpe: --wait_k, --at, --target_tokens, --block_size take positive whole "
-                 "numbers, --threads a whole number\n";
-    return 2;
-  }
+  flags::FlagSet flags(
+      "gpe", "gpe bench-stream (--preset NAME | --model DIR) [options]",
+      "Streams sources of --words lengths through a session in the gpe and the reencode\n"
+      "paradigm with a scripted target (--target_tokens tokens per source word) and\n"
+      "prints, per paradigm, the cost of a read (the read and the first forward of the\n"
+      "write after it; the median of 5 reads from word --at, and of the last 5 words)\n"
+      "and the total time, with its ratio to gpe's.");
+  std::string preset = "qwen2.5-0.5b";
+  flags.Add("preset", "NAME", "make a random-weight model of this preset", &preset);
+  flags::ModelFlags model_flags;
+  flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset",
+                       /*with_device=*/false);
+  std::vector<int> lengths = {60, 200};
+  flags.AddParsed("words", "N,N", "source lengths in words", absl::StrJoin(lengths, ","),
+                  [&lengths](std::string_view text) { return ParsePositiveList(text, &lengths); });
+  session::SessionOptions options;
+  options.policy.wait_k = 5;
+  flags::AddWaitKFlag(flags, &options.policy.wait_k);
+  int at = 5, per_word = 2, block_size = 16;
+  flags.Add("at", "N", "the early read to compare the last one with (word number)", &at,
+            {.min = 1});
+  flags.Add("target_tokens", "N", "target tokens written per source word", &per_word, {.min = 1});
+  flags.Add("block_size", "N", "tokens per KV block", &block_size, {.min = 1});
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  const int wait_k = options.policy.wait_k;
 
-  auto loaded = LoadBenchModel(args.Get("model"), *args.Get("preset"), *args.Get("dtype"), threads);
+  auto loaded = LoadBenchModel(model_flags.dir, preset, model_flags.options);
   if (!loaded.ok()) {
     std::cerr << "gpe: " << loaded.status().message() << "\n";
     return 1;
@@ -152,15 +147,13 @@ int BenchStreamCommand(int argc, char** argv, int first) {
   }
   auto profile = policy::LoadProfile("qwen2.5");
   if (!profile.ok()) return 1;
-  session::SessionOptions options;
   options.profile = *profile;
-  options.policy.wait_k = wait_k;
   options.policy.max_new_tokens = 1 << 20;
 
   std::cout << absl::StrFormat(
       "model %s %s, %d layers, dtype %s, %d threads; wait_k %d, %d target tokens per word\n",
-      c.architecture_name, args.Get("model").value_or(*args.Get("preset")), c.num_layers,
-      m.weight_dtype_name(), torch::get_num_threads(), wait_k, per_word);
+      c.architecture_name, model_flags.dir.value_or(preset), c.num_layers, m.weight_dtype_name(),
+      torch::get_num_threads(), wait_k, per_word);
   {  // Warm-up: one short session.
     const std::vector<std::string> words = BenchSource(8);
     auto warm = RunScripted(m, options, words, per_word, *pool, allocator);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -55,20 +56,20 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModelQuietly(
     const std::optional<std::string>& model_dir, const std::string& preset,
-    const std::string& dtype, int threads) {
-  if (model_dir) return model::Model::Load(*model_dir, {.dtype = dtype, .threads = threads});
-  if (preset == "default") return model::LoadDefaultModel({.dtype = dtype, .threads = threads});
+    const model::ModelOptions& options) {
+  if (model_dir) return model::Model::Load(*model_dir, options);
+  if (preset == "default") return model::LoadDefaultModel(options);
   const std::filesystem::path temp =
       std::filesystem::temp_directory_path() / absl::StrCat("gpe-bench-", ::getpid());
   model::MakeModelOptions o;
   o.preset = preset;
   o.tokenizer_dir = (temp / "tokenizer").string();
-  o.dtype = dtype == "fp32" ? model::DType::kF32 : model::DType::kBF16;
+  o.dtype = options.dtype == "fp32" ? model::DType::kF32 : model::DType::kBF16;
   std::cerr << "gpe: writing a random " << preset << " model to " << temp << "\n";
   absl::Status s = WriteTokenizer(o.tokenizer_dir);
   if (s.ok()) s = model::MakeModel(o, (temp / "model").string());
   absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
-      s.ok() ? model::Model::Load((temp / "model").string(), {.dtype = dtype, .threads = threads})
+      s.ok() ? model::Model::Load((temp / "model").string(), options)
              : absl::StatusOr<std::shared_ptr<const model::Model>>(s);
   std::filesystem::remove_all(temp);
   return loaded;
@@ -78,8 +79,8 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModelQuietly(
 
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
-    const std::string& dtype, int threads) {
-  auto loaded = LoadBenchModelQuietly(model_dir, preset, dtype, threads);
+    const model::ModelOptions& options) {
+  auto loaded = LoadBenchModelQuietly(model_dir, preset, options);
   if (loaded.ok()) std::cerr << "gpe: " << (*loaded)->kernel_path() << "\n";
   return loaded;
 }
@@ -104,14 +105,17 @@ std::string CpuName() {
   return absl::StrCat(name, " (", features.empty() ? "no AVX2" : features, ")");
 }
 
-bool ParsePositiveList(const std::string& text, std::vector<int>* values) {
-  values->clear();
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
+absl::Status ParsePositiveList(std::string_view text, std::vector<int>* values) {
+  std::vector<int> parsed;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
     int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) return false;
-    values->push_back(n);
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      return absl::InvalidArgumentError("takes positive whole numbers separated by commas");
+    }
+    parsed.push_back(n);
   }
-  return !values->empty();
+  *values = std::move(parsed);
+  return absl::OkStatus();
 }
 
 }  // namespace gpeserve::cli

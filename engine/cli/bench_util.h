@@ -6,9 +6,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/model/options.h"
 
 namespace gpeserve::model {
 class Model;
@@ -23,20 +26,21 @@ const std::vector<std::string>& BenchWords();
 std::vector<std::string> BenchSource(int count);
 
 // Loads `model_dir`, or the built-in default model when `preset` is "default", or writes a
-// random `preset` model whose tokenizer is a
-// 600-token byte-level BPE trained on BenchWords() to a temporary folder, loads it and removes
-// the folder (the mapping stays valid); logs the model's kernel path on stderr. The model keeps the
-// preset's full vocabulary (its LM head costs what the real checkpoint's does); ids beyond the
-// small tokenizer decode to nothing.
+// random `preset` model whose tokenizer is a 600-token byte-level BPE trained on BenchWords()
+// to a temporary folder, loads it and removes the folder (the mapping stays valid); with
+// `options` (the preset's weights are stored in fp32 when options.dtype is fp32, else bf16).
+// Logs the model's kernel path on stderr. The model keeps the preset's full vocabulary (its LM
+// head costs what the real checkpoint's does); ids beyond the small tokenizer decode to nothing.
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
-    const std::string& dtype, int threads);
+    const model::ModelOptions& options);
 
 // The CPU's model name and its vector features that matter here (from /proc/cpuinfo), to print
 // next to every benchmark figure.
 std::string CpuName();
 
-// Parses "1,8,32" into positive whole numbers.
-bool ParsePositiveList(const std::string& text, std::vector<int>* values);
+// Parses "1,8,32" into positive whole numbers; for a list flag (flags::FlagSet::AddParsed), so
+// the error reads as the rest of "--flag ...".
+absl::Status ParsePositiveList(std::string_view text, std::vector<int>* values);
 
 }  // namespace gpeserve::cli

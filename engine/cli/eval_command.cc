@@ -17,7 +17,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/eval/bleu.h"
@@ -26,6 +25,7 @@
 #include "engine/eval/words.h"
 #include "engine/model/default_model.h"
 #include "engine/session/runner.h"
+#include "flags/groups.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
@@ -50,14 +50,17 @@ using Progress = std::function<void(size_t finished)>;
 
 // One sentence at a time, each session alone on the model.
 absl::Status RunSequential(const model::Model& model, const session::SessionOptions& options,
-                           const std::vector<std::vector<std::string>>& sources, int block_size,
-                           int kv_blocks, const Progress& progress,
+                           const std::vector<std::vector<std::string>>& sources,
+                           const engine::EngineConfig& config, const Progress& progress,
                            std::vector<ItemResult>* results) {
   const model::ModelConfig& c = model.config();
-  kv::BlockAllocator allocator({.block_size = block_size, .num_blocks = kv_blocks});
-  auto pool =
-      kv::KvPool::Create({.block_size = block_size, .num_blocks = kv_blocks},
-                         {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype(), model.device());
+  const absl::StatusOr<int64_t> blocks = engine::KvCacheBlocks(model, config);
+  if (!blocks.ok()) return blocks.status();
+  const kv::KvCacheConfig kv_config{.block_size = config.block_size,
+                                    .num_blocks = static_cast<int>(*blocks)};
+  kv::BlockAllocator allocator(kv_config);
+  auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
+                                 model.dtype(), model.device());
   if (!pool.ok()) return pool.status();
   for (size_t i = 0; i < sources.size(); ++i) {
     auto session = session::CreateOfflineSession(model, options, sources[i]);
@@ -140,108 +143,72 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
 }  // namespace
 
 int EvalCommand(int argc, char** argv, int first) {
-  Args args("gpe eval [--model DIR] --data FILE.json [options]",
-            "Runs every item of a data set (a JSON array of objects with source and target\n"
-            "strings) through a session (one at a time, or --concurrency sessions at once on\n"
-            "the engine, batched into shared forward passes) and prints corpus BLEU (sacreBLEU\n"
-            "defaults), AL and LAAL (in source units: words + the end segment), tokens per\n"
-            "sentence and wall time per sentence. Paradigms (docs/GPE.md): gpe (group\n"
-            "positions), reencode (batch-streaming: re-encode the target after each read),\n"
-            "interleaved (one chronological sequence); --mode batch reads the whole source\n"
-            "first and uses plain causal positions.");
-  args.AddString("model", "DIR", "model folder (default: the built-in English-to-German model)");
-  args.AddString("profile", "NAME|FILE", "prompt profile", "qwen2.5");
-  args.AddString("instruction", "TEXT", "override the profile's instruction");
-  args.AddString("data", "FILE", "data set: JSON array of objects");
-  args.AddString("source_key", "KEY", "source field", "en");
-  args.AddString("target_key", "KEY", "reference field", "de");
-  args.AddString("mode", "streaming|batch", "streaming (wait-k) or batch (offline)", "streaming");
-  args.AddString("paradigm", "gpe|reencode|interleaved", "streaming paradigm", "gpe");
-  args.AddString("wait_k", "K", "source units read before the first write", "3");
-  args.AddString("split", "word|token", "source unit", "word");
-  args.AddString("phi", "N", "first target position id (default: the profile's)");
-  args.AddString("compat", "none|reference",
-                 "reference: the reference evaluation code's stop and delay rules and output "
-                 "text, token for token (docs/GPE.md 8)",
-                 "none");
-  args.AddString("max_new_tokens", "N", "target tokens per sentence at most", "256");
-  args.AddString("limit", "N", "evaluate the first N items only");
-  args.AddString("out", "FILE", "write one JSON line per sentence");
-  args.AddString("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, "auto");
-  args.AddString("device", "cpu|cuda", "device", "cpu");
-  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("concurrency", "N",
-                 "sessions in flight on the engine (1: one at a time, without the engine)", "1");
-  args.AddString("max_batch_tokens", "N", "engine: tokens in one forward pass", "512");
-  args.AddString("max_sessions_per_step", "N", "engine: sessions in one forward pass", "64");
-  args.AddString("kv_blocks", "N", "KV cache blocks", "1024");
-  args.AddString("block_size", "N", "tokens per KV block", "16");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  if (!args.Get("data")) {
-    std::cerr << "gpe: --data is required\n\n" << args.Help();
+  flags::FlagSet flags(
+      "gpe", "gpe eval [--model DIR] --data FILE.json [options]",
+      "Runs every item of a data set (a JSON array of objects with source and target\n"
+      "strings) through a session (one at a time, or --concurrency sessions at once on\n"
+      "the engine, batched into shared forward passes) and prints corpus BLEU (sacreBLEU\n"
+      "defaults), AL and LAAL (in source units: words + the end segment), tokens per\n"
+      "sentence and wall time per sentence. Paradigms (docs/GPE.md): gpe (group\n"
+      "positions), reencode (batch-streaming: re-encode the target after each read),\n"
+      "interleaved (one chronological sequence); --mode batch reads the whole source\n"
+      "first and uses plain causal positions.");
+  flags::ModelFlags model_flags;
+  flags::AddModelFlags(flags, &model_flags);
+  flags::SessionFlags session;
+  session.options.policy.max_new_tokens = 256;
+  flags::AddSessionFlags(flags, &session);
+  bool batch = false;
+  flags.AddChoice("mode", "streaming (wait-k) or batch (offline)", &batch,
+                  {{"streaming", false}, {"batch", true}});
+  std::optional<std::string> data_path, out_path;
+  std::string source_key = "en", target_key = "de";
+  std::optional<int64_t> limit;
+  int concurrency = 1;
+  flags.Add("data", "FILE", "data set: JSON array of objects", &data_path);
+  flags.Add("source_key", "KEY", "source field", &source_key);
+  flags.Add("target_key", "KEY", "reference field", &target_key);
+  flags.Add("limit", "N", "evaluate the first N items only", &limit, {.min = 0});
+  flags.Add("out", "FILE", "write one JSON line per sentence", &out_path);
+  flags.Add("concurrency", "N",
+            "sessions in flight on the engine (1: one at a time, without the engine)", &concurrency,
+            {.min = 1});
+  engine::EngineConfig engine_config;
+  engine_config.kv_blocks = 1024;
+  flags::AddKvCacheFlags(flags, &engine_config);
+  flags::AddSchedulerFlags(flags, &engine_config);
+  flags.AddCheck([&] {
+    if (session.options.policy.compat == policy::Compat::kReference &&
+        (batch || session.options.paradigm != session::Paradigm::kGpe)) {
+      return absl::InvalidArgumentError(
+          "--compat reference applies to --mode streaming with --paradigm gpe");
+    }
+    return absl::OkStatus();
+  });
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (!data_path) {
+    std::cerr << "gpe: --data is required\n\n" << flags.Help();
     return 2;
   }
-  int wait_k = 0, max_new = 0, threads = 0, kv_blocks = 0, block_size = 0, concurrency = 0,
-      max_batch_tokens = 0, max_per_step = 0, limit = -1;
-  int64_t phi = -1;
-  if (!absl::SimpleAtoi(*args.Get("wait_k"), &wait_k) || wait_k < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_new_tokens"), &max_new) || max_new < 1 ||
-      !absl::SimpleAtoi(*args.Get("threads"), &threads) ||
-      !absl::SimpleAtoi(*args.Get("kv_blocks"), &kv_blocks) || kv_blocks < 1 ||
-      !absl::SimpleAtoi(*args.Get("block_size"), &block_size) || block_size < 1 ||
-      !absl::SimpleAtoi(*args.Get("concurrency"), &concurrency) || concurrency < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_batch_tokens"), &max_batch_tokens) || max_batch_tokens < 1 ||
-      !absl::SimpleAtoi(*args.Get("max_sessions_per_step"), &max_per_step) || max_per_step < 1 ||
-      (args.Get("limit") && !absl::SimpleAtoi(*args.Get("limit"), &limit)) ||
-      (args.Get("phi") && (!absl::SimpleAtoi(*args.Get("phi"), &phi) || phi < 0))) {
-    return Fail(
-        "--wait_k, --max_new_tokens, --kv_blocks, --block_size, --concurrency, "
-        "--max_batch_tokens, --max_sessions_per_step take positive whole numbers; --phi, "
-        "--limit, --threads whole numbers",
-        2);
-  }
-  const std::string mode = *args.Get("mode"), paradigm = *args.Get("paradigm");
-  if (mode != "streaming" && mode != "batch") return Fail("--mode takes streaming or batch", 2);
-  auto parsed_paradigm = session::ParseParadigm(paradigm);
-  if (!parsed_paradigm.ok() || *parsed_paradigm == session::Paradigm::kBatch) {
-    return Fail("--paradigm takes gpe, reencode or interleaved (for batch: --mode batch)", 2);
-  }
-  const std::string split = *args.Get("split");
-  if (split != "word" && split != "token") return Fail("--split takes word or token", 2);
-  const std::optional<policy::Compat> compat = policy::ParseCompat(*args.Get("compat"));
-  if (!compat) return Fail("--compat takes none or reference", 2);
-  if (*compat == policy::Compat::kReference &&
-      (mode == "batch" || *parsed_paradigm != session::Paradigm::kGpe)) {
-    return Fail("--compat reference applies to --mode streaming with --paradigm gpe", 2);
-  }
+  if (batch) session.options.paradigm = session::Paradigm::kBatch;
+  auto resolved = session.Resolve();
+  if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
+  const session::SessionOptions& options = *resolved;
+  const std::string paradigm(session::ParadigmName(options.paradigm));
+  const int wait_k = options.policy.wait_k;
 
-  auto profile = policy::LoadProfile(*args.Get("profile"));
-  if (!profile.ok()) return Fail(std::string(profile.status().message()));
-  session::SessionOptions options;
-  options.profile = *profile;
-  if (auto text = args.Get("instruction")) options.profile.instruction = *text;
-  if (phi >= 0) options.profile.phi = phi;
-  options.policy.wait_k = wait_k;
-  options.policy.max_new_tokens = max_new;
-  options.policy.split = split == "token" ? policy::SplitMode::kToken : policy::SplitMode::kWord;
-  options.policy.compat = *compat;
-  options.paradigm = mode == "batch" ? session::Paradigm::kBatch : *parsed_paradigm;
-
-  auto data =
-      eval::LoadDataset(*args.Get("data"), *args.Get("source_key"), *args.Get("target_key"));
+  auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));
-  const size_t count = limit >= 0 ? std::min<size_t>(limit, data->size()) : data->size();
+  const size_t count = limit ? std::min<size_t>(*limit, data->size()) : data->size();
 
-  const model::ModelOptions model_options{
-      .dtype = *args.Get("dtype"), .device = *args.Get("device"), .threads = threads};
-  auto model = args.Get("model") ? model::Model::Load(*args.Get("model"), model_options)
-                                 : model::LoadDefaultModel(model_options);
+  auto model = model_flags.dir ? model::Model::Load(*model_flags.dir, model_flags.options)
+                               : model::LoadDefaultModel(model_flags.options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   std::cerr << "gpe: " << (*model)->kernel_path() << "\n";
   std::ofstream out;
-  if (auto path = args.Get("out")) {
-    out.open(*path);
-    if (!out) return Fail(*path + ": cannot create file");
+  if (out_path) {
+    out.open(*out_path);
+    if (!out) return Fail(*out_path + ": cannot create file");
   }
   std::vector<std::vector<std::string>> sources;
   for (size_t i = 0; i < count; ++i) {
@@ -264,15 +231,11 @@ int EvalCommand(int argc, char** argv, int first) {
   absl::Status run;
   engine::EngineStats stats;
   if (concurrency == 1) {
-    run = RunSequential(**model, options, sources, block_size, kv_blocks, progress, &results);
+    run = RunSequential(**model, options, sources, engine_config, progress, &results);
   } else {
-    engine::EngineConfig config;
-    config.block_size = block_size;
-    config.kv_blocks = kv_blocks;
-    config.scheduler.max_batch_tokens = max_batch_tokens;
-    config.scheduler.max_sessions_per_step = max_per_step;
-    config.max_sessions = concurrency;
-    run = RunOnEngine(*model, config, options, sources, concurrency, progress, &results, &stats);
+    engine_config.max_sessions = concurrency;
+    run = RunOnEngine(*model, engine_config, options, sources, concurrency, progress, &results,
+                      &stats);
   }
   const double seconds = elapsed();
   if (tty) std::fprintf(stderr, "\n");
@@ -313,8 +276,7 @@ int EvalCommand(int argc, char** argv, int first) {
             << absl::StrFormat(
                    "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, k=%d, "
                    "concurrency %d)\n",
-                   al_sum / n, laal_sum / n, count, mode == "batch" ? "batch" : paradigm, wait_k,
-                   concurrency)
+                   al_sum / n, laal_sum / n, count, paradigm, wait_k, concurrency)
             << absl::StrFormat(
                    "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens, "
                    "%.1f ms of wall time\n",

@@ -2,13 +2,14 @@
 // or, with --latency, AL and LAAL of delay lists (docs/GPE.md section 6).
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/eval/bleu.h"
 #include "engine/eval/latency.h"
+#include "flags/flags.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
@@ -80,46 +81,49 @@ int ScoreLatency(const std::string& path, bool json) {
 }  // namespace
 
 int ScoreCommand(int argc, char** argv, int first) {
-  Args args("gpe score --hyp FILE --ref FILE [--json]\n       gpe score --latency FILE [--json]",
-            "Corpus BLEU of plain-text files (one segment per line) with sacreBLEU's defaults:\n"
-            "13a tokenization, mixed case, exponential smoothing. Prints the score and the\n"
-            "signature of the sacreBLEU version it reproduces.\n"
-            "With --latency: Average Lagging and Length-Adaptive Average Lagging (SimulEval's\n"
-            "definitions) of a JSON-lines file, one sentence per line:\n"
-            "  {\"delays\": [1, 2, 4], \"source_length\": 5, \"target_length\": 3}\n"
-            "(delays in source units or milliseconds; lengths: |X| = words + 1, |Y| = reference\n"
-            "words). --json prints each sentence's scores and then the means.");
-  args.AddString("hyp", "FILE", "system output, one segment per line");
-  args.AddString("ref", "FILE", "reference, one segment per line");
-  args.AddString("latency", "FILE", "score delays instead of BLEU (JSON lines, see above)");
-  args.AddBool("json", "print JSON objects instead of text");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  if (args.Get("latency")) {
-    if (args.Get("hyp") || args.Get("ref")) {
-      std::cerr << "gpe: --latency does not combine with --hyp/--ref\n\n" << args.Help();
+  flags::FlagSet flags(
+      "gpe", "gpe score --hyp FILE --ref FILE [--json]\n       gpe score --latency FILE [--json]",
+      "Corpus BLEU of plain-text files (one segment per line) with sacreBLEU's defaults:\n"
+      "13a tokenization, mixed case, exponential smoothing. Prints the score and the\n"
+      "signature of the sacreBLEU version it reproduces.\n"
+      "With --latency: Average Lagging and Length-Adaptive Average Lagging (SimulEval's\n"
+      "definitions) of a JSON-lines file, one sentence per line:\n"
+      "  {\"delays\": [1, 2, 4], \"source_length\": 5, \"target_length\": 3}\n"
+      "(delays in source units or milliseconds; lengths: |X| = words + 1, |Y| = reference\n"
+      "words). --json prints each sentence's scores and then the means.");
+  std::optional<std::string> hyp_path, ref_path, latency_path;
+  bool json = false;
+  flags.Add("hyp", "FILE", "system output, one segment per line", &hyp_path);
+  flags.Add("ref", "FILE", "reference, one segment per line", &ref_path);
+  flags.Add("latency", "FILE", "score delays instead of BLEU (JSON lines, see above)",
+            &latency_path);
+  flags.Add("json", "print JSON objects instead of text", &json);
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (latency_path) {
+    if (hyp_path || ref_path) {
+      std::cerr << "gpe: --latency does not combine with --hyp/--ref\n\n" << flags.Help();
       return 2;
     }
-    return ScoreLatency(*args.Get("latency"), args.GetBool("json"));
+    return ScoreLatency(*latency_path, json);
   }
-  if (!args.Get("hyp") || !args.Get("ref")) {
-    std::cerr << "gpe: --hyp and --ref are required\n\n" << args.Help();
+  if (!hyp_path || !ref_path) {
+    std::cerr << "gpe: --hyp and --ref are required\n\n" << flags.Help();
     return 2;
   }
   std::vector<std::string> hyps, refs;
-  for (const auto& [path, lines] :
-       {std::pair{*args.Get("hyp"), &hyps}, std::pair{*args.Get("ref"), &refs}}) {
+  for (const auto& [path, lines] : {std::pair{*hyp_path, &hyps}, std::pair{*ref_path, &refs}}) {
     if (!ReadLines(path, lines)) {
       std::cerr << "gpe: " << path << ": cannot open file\n";
       return 1;
     }
   }
   if (hyps.size() != refs.size()) {
-    std::cerr << "gpe: " << *args.Get("hyp") << " has " << hyps.size() << " lines but "
-              << *args.Get("ref") << " has " << refs.size() << "\n";
+    std::cerr << "gpe: " << *hyp_path << " has " << hyps.size() << " lines but " << *ref_path
+              << " has " << refs.size() << "\n";
     return 1;
   }
   const eval::BleuScore bleu = eval::CorpusBleu(hyps, refs);
-  if (args.GetBool("json")) {
+  if (json) {
     std::cout
         << nlohmann::json{{"score", bleu.score},        {"precisions", bleu.precisions},
                           {"bp", bleu.brevity_penalty}, {"sys_len", bleu.sys_len},

@@ -1,36 +1,42 @@
 // gpe tokenize / gpe detokenize: line-oriented JSON filters over a Hugging Face tokenizer.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "flags/flags.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
 namespace {
 
-void AddTokenizerFlags(Args* args) {
-  args->AddString("model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)");
-  args->AddString("tokenizer", "FILE", "a tokenizer.json file (instead of --model)");
+// Where the tokenizer comes from: exactly one of the two.
+struct TokenizerFlags {
+  std::optional<std::string> model_dir;
+  std::optional<std::string> file;
+};
+
+void AddTokenizerFlags(flags::FlagSet& flags, TokenizerFlags* source) {
+  flags.Add("model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)",
+            &source->model_dir);
+  flags.Add("tokenizer", "FILE", "a tokenizer.json file (instead of --model)", &source->file);
 }
 
 // Parses flags and loads the tokenizer; on failure or --help returns an exit code.
-std::optional<int> Setup(Args* args, int argc, char** argv, int first,
-                         std::shared_ptr<const tokenizer::Tokenizer>* tok) {
-  if (auto code = args->ParseOrExit(argc, argv, first)) return *code;
-  const auto model = args->Get("model");
-  const auto file = args->Get("tokenizer");
-  if (model.has_value() == file.has_value()) {
-    std::cerr << "gpe: give exactly one of --model DIR or --tokenizer FILE\n\n" << args->Help();
+std::optional<int> Setup(flags::FlagSet& flags, const TokenizerFlags& source, int argc, char** argv,
+                         int first, std::shared_ptr<const tokenizer::Tokenizer>* tok) {
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (source.model_dir.has_value() == source.file.has_value()) {
+    std::cerr << "gpe: give exactly one of --model DIR or --tokenizer FILE\n\n" << flags.Help();
     return 2;
   }
-  auto loaded =
-      model ? tokenizer::Tokenizer::Load(*model) : tokenizer::Tokenizer::LoadFiles(*file, "");
+  auto loaded = source.model_dir ? tokenizer::Tokenizer::Load(*source.model_dir)
+                                 : tokenizer::Tokenizer::LoadFiles(*source.file, "");
   if (!loaded.ok()) {
     std::cerr << "gpe: cannot load tokenizer: " << loaded.status().message() << "\n";
     return 1;
@@ -53,19 +59,21 @@ void ReportLineError(size_t line_number, std::string_view message) {
 }  // namespace
 
 int TokenizeCommand(int argc, char** argv, int first) {
-  Args args("gpe tokenize (--model DIR | --tokenizer FILE) [options] < strings.jsonl",
-            "Reads one JSON string per line from stdin and prints {\"ids\":[...]} per line.\n"
-            "Special tokens written in the text (e.g. <|im_start|>) are recognised. Text must be\n"
-            "valid UTF-8; a bad line prints {\"error\":...} and the exit code becomes 1.");
-  AddTokenizerFlags(&args);
-  args.AddBool("add_special_tokens", "add the model's BOS/EOS tokens around each line");
-  args.AddBool("split_special_tokens", "treat special-token text as plain text");
-  std::shared_ptr<const tokenizer::Tokenizer> tok;
-  if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
-
+  flags::FlagSet flags(
+      "gpe", "gpe tokenize (--model DIR | --tokenizer FILE) [options] < strings.jsonl",
+      "Reads one JSON string per line from stdin and prints {\"ids\":[...]} per line.\n"
+      "Special tokens written in the text (e.g. <|im_start|>) are recognised. Text must be\n"
+      "valid UTF-8; a bad line prints {\"error\":...} and the exit code becomes 1.");
+  TokenizerFlags source;
+  AddTokenizerFlags(flags, &source);
   tokenizer::EncodeOptions options;
-  options.add_special_tokens = args.GetBool("add_special_tokens");
-  options.split_special_tokens = args.GetBool("split_special_tokens");
+  flags.Add("add_special_tokens", "add the model's BOS/EOS tokens around each line",
+            &options.add_special_tokens);
+  flags.Add("split_special_tokens", "treat special-token text as plain text",
+            &options.split_special_tokens);
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (auto code = Setup(flags, source, argc, argv, first, &tok)) return *code;
+
   int exit_code = 0;
   std::string line;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
@@ -95,28 +103,25 @@ int TokenizeCommand(int argc, char** argv, int first) {
 }
 
 int DetokenizeCommand(int argc, char** argv, int first) {
-  Args args("gpe detokenize (--model DIR | --tokenizer FILE) [options] < ids.jsonl",
-            "Reads one JSON list of token ids per line from stdin and prints {\"text\":\"...\"}\n"
-            "per line. With --stream the ids are also fed one at a time to the incremental\n"
-            "detokenizer and its pieces are printed as \"pieces\".");
-  AddTokenizerFlags(&args);
-  args.AddBool("skip_special_tokens", "leave special tokens out of the text");
-  args.AddString("clean_up_spaces", "true|false",
-                 "apply clean_up_tokenization (default: the tokenizer_config.json setting)");
-  args.AddBool("stream", "also print the incremental detokenizer's pieces");
-  std::shared_ptr<const tokenizer::Tokenizer> tok;
-  if (auto code = Setup(&args, argc, argv, first, &tok)) return *code;
-
+  flags::FlagSet flags(
+      "gpe", "gpe detokenize (--model DIR | --tokenizer FILE) [options] < ids.jsonl",
+      "Reads one JSON list of token ids per line from stdin and prints {\"text\":\"...\"}\n"
+      "per line. With --stream the ids are also fed one at a time to the incremental\n"
+      "detokenizer and its pieces are printed as \"pieces\".");
+  TokenizerFlags source;
+  AddTokenizerFlags(flags, &source);
   tokenizer::DecodeOptions options;
-  options.skip_special_tokens = args.GetBool("skip_special_tokens");
-  if (auto clean = args.Get("clean_up_spaces")) {
-    if (*clean != "true" && *clean != "false") {
-      std::cerr << "gpe: --clean_up_spaces takes true or false\n";
-      return 2;
-    }
-    options.clean_up_spaces = *clean == "true";
-  }
-  const bool stream = args.GetBool("stream");
+  bool stream = false;
+  flags.Add("skip_special_tokens", "leave special tokens out of the text",
+            &options.skip_special_tokens);
+  flags.AddChoice("clean_up_spaces",
+                  "apply clean_up_tokenization (default: the tokenizer_config.json setting)",
+                  &options.clean_up_spaces,
+                  {{"true", std::optional<bool>(true)}, {"false", std::optional<bool>(false)}});
+  flags.Add("stream", "also print the incremental detokenizer's pieces", &stream);
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (auto code = Setup(flags, source, argc, argv, first, &tok)) return *code;
+
   int exit_code = 0;
   std::string line;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {

@@ -6,29 +6,41 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/eval/dataset.h"
+#include "engine/model/options.h"
 #include "engine/train/trainer.h"
+#include "flags/flags.h"
 
 namespace gpeserve::cli {
 namespace {
 
-// "K" or "K1-K2" into config.wait_k (and wait_k_max).
-bool ParseWaitK(const std::string& text, train::TrainConfig* config) {
-  const size_t dash = text.find('-');
-  if (dash == std::string::npos) {
-    config->wait_k_max = 0;
-    return absl::SimpleAtoi(text, &config->wait_k) && config->wait_k >= 1;
+// "K" or "K1-K2" into config.wait_k and wait_k_max (0: a single K, no range).
+absl::Status ParseWaitK(std::string_view text, train::TrainConfig* config) {
+  const absl::string_view value(text.data(), text.size());
+  const size_t dash = value.find('-');
+  int low = 0, high = 0;
+  const bool ok = dash == absl::string_view::npos
+                      ? absl::SimpleAtoi(value, &low) && low >= 1
+                      : absl::SimpleAtoi(value.substr(0, dash), &low) &&
+                            absl::SimpleAtoi(value.substr(dash + 1), &high) && low >= 1 &&
+                            high >= low;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        "takes a whole number K >= 1 or a range K1-K2 with 1 <= K1 <= K2");
   }
-  return absl::SimpleAtoi(text.substr(0, dash), &config->wait_k) &&
-         absl::SimpleAtoi(text.substr(dash + 1), &config->wait_k_max) && config->wait_k >= 1 &&
-         config->wait_k_max >= config->wait_k;
+  config->wait_k = low;
+  config->wait_k_max = high;
+  return absl::OkStatus();
 }
 
 // A one-line progress bar on a terminal (redrawn each step); log lines go above it. Off when
@@ -70,118 +82,104 @@ class Progress {
 }  // namespace
 
 int TrainCommand(int argc, char** argv, int first) {
-  Args args("gpe train --init DIR --data FILE.json --out DIR [options]",
-            "Fine-tunes every weight of the model in --init on a data set (a JSON array of\n"
-            "objects with source and target strings) with AdamW, linear warmup then linear\n"
-            "decay, gradient accumulation and clipping, and writes a model folder to --out\n"
-            "(plus --out/checkpoint-STEP every --save_every steps) that gpe eval and gpeserve\n"
-            "load. Modes (docs/GPE.md 7): streaming (group positions, the wait-k mask with\n"
-            "--wait_k, for models served with GPE), batch (plain causal, loss on the target),\n"
-            "or mixed (each example batch with probability --batch_fraction, else streaming).\n"
-            "--resume CHECKPOINT continues a run exactly where that checkpoint left it (same\n"
-            "flags). fp32 on the CPU, or --device cuda.");
-  args.AddString("init", "DIR", "model folder to start from (make-model or a checkpoint)");
-  args.AddString("data", "FILE", "training data: JSON array of objects");
-  args.AddString("source_key", "KEY", "source field", "en");
-  args.AddString("target_key", "KEY", "target field", "de");
-  args.AddString("mode", "batch|streaming|mixed", "training mode", "batch");
-  args.AddString("wait_k", "K|K1-K2",
-                 "streaming: source words read before the first write (a range: drawn per "
-                 "example and epoch)",
-                 "3");
-  args.AddString("batch_fraction", "P", "mixed: share of examples trained in batch mode", "0.5");
-  args.AddString("resume", "DIR", "a checkpoint-STEP folder of an earlier run to continue");
-  args.AddString("profile", "NAME|FILE", "prompt profile", "qwen2.5");
-  args.AddString("instruction", "TEXT", "override the profile's instruction");
-  args.AddString("epochs", "N", "passes over the data", "1");
-  args.AddString("lr", "X", "peak learning rate", "0.0003");
-  args.AddString("warmup", "N", "warmup steps", "0");
-  args.AddString("batch_size", "N", "sequences per micro-batch", "8");
-  args.AddString("grad_accum", "N", "micro-batches per optimizer step", "1");
-  args.AddString("max_grad_norm", "X", "gradient clipping (0: none)", "1.0");
-  args.AddString("weight_decay", "X", "AdamW weight decay", "0.01");
-  args.AddString("seed", "N", "shuffling seed", "0");
-  args.AddString("save_every", "N", "checkpoint every N steps (0: only at the end)", "0");
-  args.AddString("log_every", "N", "print the loss every N steps", "10");
-  args.AddString("device", "cpu|cuda", "device", "cpu");
-  args.AddString("threads", "N", "CPU threads (0 = all cores)", "0");
-  args.AddString("save_dtype", "fp32|bf16|fp16", "dtype of the written weights", "fp32");
-  args.AddString("out", "DIR", "output model folder");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  if (!args.Get("init") || !args.Get("data") || !args.Get("out")) {
-    std::cerr << "gpe: --init, --data and --out are required\n\n" << args.Help();
-    return 2;
-  }
-  int epochs = 0, warmup = 0, batch_size = 0, accum = 0, save_every = 0, log_every = 0, threads = 0;
-  uint64_t seed = 0;
+  flags::FlagSet flags(
+      "gpe", "gpe train --init DIR --data FILE.json --out DIR [options]",
+      "Fine-tunes every weight of the model in --init on a data set (a JSON array of\n"
+      "objects with source and target strings) with AdamW, linear warmup then linear\n"
+      "decay, gradient accumulation and clipping, and writes a model folder to --out\n"
+      "(plus --out/checkpoint-STEP every --save_every steps) that gpe eval and gpeserve\n"
+      "load. Modes (docs/GPE.md 7): streaming (group positions, the wait-k mask with\n"
+      "--wait_k, for models served with GPE), batch (plain causal, loss on the target),\n"
+      "or mixed (each example batch with probability --batch_fraction, else streaming).\n"
+      "--resume CHECKPOINT continues a run exactly where that checkpoint left it (same\n"
+      "flags). fp32 on the CPU, or --device cuda.");
   train::TrainConfig config;
-  config.mode = *args.Get("mode");
-  if (!absl::SimpleAtoi(*args.Get("epochs"), &epochs) || epochs < 1 ||
-      !absl::SimpleAtoi(*args.Get("warmup"), &warmup) || warmup < 0 ||
-      !absl::SimpleAtoi(*args.Get("batch_size"), &batch_size) || batch_size < 1 ||
-      !absl::SimpleAtoi(*args.Get("grad_accum"), &accum) || accum < 1 ||
-      !absl::SimpleAtoi(*args.Get("save_every"), &save_every) || save_every < 0 ||
-      !absl::SimpleAtoi(*args.Get("log_every"), &log_every) || log_every < 1 ||
-      !absl::SimpleAtoi(*args.Get("threads"), &threads) || threads < 0 ||
-      !absl::SimpleAtoi(*args.Get("seed"), &seed) || !ParseWaitK(*args.Get("wait_k"), &config) ||
-      !absl::SimpleAtod(*args.Get("batch_fraction"), &config.batch_fraction) ||
-      config.batch_fraction < 0 || config.batch_fraction > 1 ||
-      !absl::SimpleAtod(*args.Get("lr"), &config.lr) || config.lr <= 0 ||
-      !absl::SimpleAtod(*args.Get("max_grad_norm"), &config.max_grad_norm) ||
-      config.max_grad_norm < 0 ||
-      !absl::SimpleAtod(*args.Get("weight_decay"), &config.weight_decay) ||
-      config.weight_decay < 0) {
-    std::cerr
-        << "gpe: --epochs, --batch_size, --grad_accum, --log_every take positive whole "
-           "numbers; --wait_k a positive whole number or a range K1-K2; --warmup, "
-           "--save_every, --threads, --seed whole numbers; --lr a positive number; "
-           "--max_grad_norm, --weight_decay numbers >= 0; --batch_fraction a number in [0, 1]\n";
+  std::optional<std::string> init_dir, data_path, out_dir, resume, instruction;
+  std::string source_key = "en", target_key = "de", profile_name = "qwen2.5";
+  int epochs = 1, batch_size = 8, accum = 1, save_every = 0, log_every = 10;
+  uint64_t seed = 0;
+  // The trainer takes fp32 weights whatever the folder holds.
+  model::ModelOptions model_options{.dtype = "fp32"};
+  model::DType save_dtype = model::DType::kF32;
+  flags.Add("init", "DIR", "model folder to start from (make-model or a checkpoint)", &init_dir);
+  flags.Add("data", "FILE", "training data: JSON array of objects", &data_path);
+  flags.Add("source_key", "KEY", "source field", &source_key);
+  flags.Add("target_key", "KEY", "target field", &target_key);
+  flags.Add("mode", "batch|streaming|mixed", "training mode", &config.mode);
+  flags.AddCheck([&config] {
+    if (config.mode == "batch" || config.mode == "streaming" || config.mode == "mixed") {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode takes batch|streaming|mixed (got '", config.mode, "')"));
+  });
+  flags.AddParsed("wait_k", "K|K1-K2",
+                  "streaming: source words read before the first write (a range: drawn per "
+                  "example and epoch)",
+                  absl::StrCat(config.wait_k),
+                  [&config](std::string_view text) { return ParseWaitK(text, &config); });
+  flags.Add("batch_fraction", "P", "mixed: share of examples trained in batch mode",
+            &config.batch_fraction, {.min = 0, .max = 1});
+  flags.Add("resume", "DIR", "a checkpoint-STEP folder of an earlier run to continue", &resume);
+  flags.Add("profile", "NAME|FILE", "prompt profile", &profile_name);
+  flags.Add("instruction", "TEXT", "override the profile's instruction", &instruction);
+  flags.Add("epochs", "N", "passes over the data", &epochs, {.min = 1});
+  flags.Add("lr", "X", "peak learning rate", &config.lr);
+  // Bounds are inclusive, and 0 is no learning rate.
+  flags.AddCheck([&config] {
+    if (config.lr > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr takes a number > 0 (got '", config.lr, "')"));
+  });
+  flags.Add("warmup", "N", "warmup steps", &config.warmup_steps, {.min = 0});
+  flags.Add("batch_size", "N", "sequences per micro-batch", &batch_size, {.min = 1});
+  flags.Add("grad_accum", "N", "micro-batches per optimizer step", &accum, {.min = 1});
+  flags.Add("max_grad_norm", "X", "gradient clipping (0: none)", &config.max_grad_norm, {.min = 0});
+  flags.Add("weight_decay", "X", "AdamW weight decay", &config.weight_decay, {.min = 0});
+  flags.Add("seed", "N", "shuffling seed", &seed);
+  flags.Add("save_every", "N", "checkpoint every N steps (0: only at the end)", &save_every,
+            {.min = 0});
+  flags.Add("log_every", "N", "print the loss every N steps", &log_every, {.min = 1});
+  flags.Add("device", "cpu|cuda", "device", &model_options.device);
+  flags.Add("threads", "N", "CPU threads (0 = all cores)", &model_options.threads, {.min = 0});
+  flags.AddChoice(
+      "save_dtype", "dtype of the written weights", &save_dtype,
+      {{"fp32", model::DType::kF32}, {"bf16", model::DType::kBF16}, {"fp16", model::DType::kF16}});
+  flags.Add("out", "DIR", "output model folder", &out_dir);
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (!init_dir || !data_path || !out_dir) {
+    std::cerr << "gpe: --init, --data and --out are required\n\n" << flags.Help();
     return 2;
   }
-  if (config.mode != "batch" && config.mode != "streaming" && config.mode != "mixed") {
-    std::cerr << "gpe: --mode takes batch, streaming or mixed\n";
-    return 2;
-  }
-  const std::string save_name = *args.Get("save_dtype");
-  if (save_name != "fp32" && save_name != "bf16" && save_name != "fp16") {
-    std::cerr << "gpe: --save_dtype takes fp32, bf16 or fp16\n";
-    return 2;
-  }
-  const model::DType save_dtype = save_name == "fp32"   ? model::DType::kF32
-                                  : save_name == "bf16" ? model::DType::kBF16
-                                                        : model::DType::kF16;
-  auto profile = policy::LoadProfile(*args.Get("profile"));
+  auto profile = policy::LoadProfile(profile_name);
   if (!profile.ok()) {
     std::cerr << "gpe: " << profile.status().message() << "\n";
     return 1;
   }
-  if (auto text = args.Get("instruction")) profile->instruction = *text;
-  auto data =
-      eval::LoadDataset(*args.Get("data"), *args.Get("source_key"), *args.Get("target_key"));
+  if (instruction) profile->instruction = *instruction;
+  auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) {
     std::cerr << "gpe: " << data.status().message() << "\n";
     return 1;
   }
   if (data->empty()) {
-    std::cerr << "gpe: " << *args.Get("data") << " has no examples\n";
+    std::cerr << "gpe: " << *data_path << " has no examples\n";
     return 1;
   }
-  auto model = model::Model::Load(
-      *args.Get("init"), {.dtype = "fp32", .device = *args.Get("device"), .threads = threads});
+  auto model = model::Model::Load(*init_dir, model_options);
   if (!model.ok()) {
     std::cerr << "gpe: " << model.status().message() << "\n";
     return 1;
   }
   const int64_t micro_batches = (static_cast<int64_t>(data->size()) + batch_size - 1) / batch_size;
   config.total_steps = static_cast<int>(std::max<int64_t>(1, epochs * micro_batches / accum));
-  config.warmup_steps = warmup;
   auto trainer = train::Trainer::Create(*model, *profile, config);
   if (!trainer.ok()) {
     std::cerr << "gpe: " << trainer.status().message() << "\n";
     return 1;
   }
   int64_t skip = 0;  // micro-batches already done by the run being resumed
-  if (auto resume = args.Get("resume")) {
+  if (resume) {
     if (absl::Status s = (*trainer)->LoadState(*resume); !s.ok()) {
       std::cerr << "gpe: " << s.message() << "\n";
       return 1;
@@ -247,8 +245,8 @@ int TrainCommand(int argc, char** argv, int first) {
         loss_count = 0;
       }
       if (save_every > 0 && step % save_every == 0) {
-        const std::string dir = absl::StrFormat("%s/checkpoint-%d", *args.Get("out"), step);
-        absl::Status s = (*trainer)->Save(*args.Get("init"), dir, save_dtype);
+        const std::string dir = absl::StrFormat("%s/checkpoint-%d", *out_dir, step);
+        absl::Status s = (*trainer)->Save(*init_dir, dir, save_dtype);
         if (s.ok()) s = (*trainer)->SaveState(dir);
         if (!s.ok()) {
           std::cerr << "gpe: " << s.message() << "\n";
@@ -258,11 +256,11 @@ int TrainCommand(int argc, char** argv, int first) {
     }
   }
   progress.Done();
-  if (absl::Status s = (*trainer)->Save(*args.Get("init"), *args.Get("out"), save_dtype); !s.ok()) {
+  if (absl::Status s = (*trainer)->Save(*init_dir, *out_dir, save_dtype); !s.ok()) {
     std::cerr << "gpe: " << s.message() << "\n";
     return 1;
   }
-  std::fprintf(stderr, "gpe: wrote %s\n", args.Get("out")->c_str());
+  std::fprintf(stderr, "gpe: wrote %s\n", out_dir->c_str());
   return 0;
 }
 

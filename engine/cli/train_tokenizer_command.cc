@@ -3,16 +3,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engine/cli/args.h"
 #include "engine/cli/commands.h"
 #include "engine/tokenizer/bpe_trainer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "flags/flags.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
@@ -78,40 +81,40 @@ absl::Status WriteJson(const std::filesystem::path& path, const nlohmann::json& 
 }  // namespace
 
 int TrainTokenizerCommand(int argc, char** argv, int first) {
-  Args args("gpe train-tokenizer --data FILE --out DIR [options]",
-            "Trains a byte-level BPE (Qwen2-style pre-tokenization) on FILE and writes\n"
-            "DIR/tokenizer.json and DIR/tokenizer_config.json, loadable by gpeserve and by\n"
-            "Hugging Face. FILE: .json (array of strings or objects), .jsonl (one string or\n"
-            "object per line) or plain text (one text per line).");
-  args.AddString("data", "FILE", "training corpus");
-  args.AddString("out", "DIR", "output folder (created if missing)");
-  args.AddString("vocab_size", "N", "vocabulary size, special tokens included", "4000");
-  args.AddString("min_frequency", "N", "never merge a pair seen fewer times", "2");
-  args.AddString("keys", "K1,K2", "object fields to train on (default: every string field)");
-  args.AddString("special_tokens", "T1,T2", "special tokens, in id order",
-                 "<|endoftext|>,<|im_start|>,<|im_end|>");
-  args.AddString("eos_token", "TOKEN", "end-of-sequence token (one of the special tokens)",
-                 "<|im_end|>");
-  if (auto code = args.ParseOrExit(argc, argv, first)) return *code;
-  const auto data = args.Get("data");
-  const auto out = args.Get("out");
-  if (!data || !out) {
-    std::cerr << "gpe: --data and --out are required\n\n" << args.Help();
-    return 2;
-  }
+  flags::FlagSet flags(
+      "gpe", "gpe train-tokenizer --data FILE --out DIR [options]",
+      "Trains a byte-level BPE (Qwen2-style pre-tokenization) on FILE and writes\n"
+      "DIR/tokenizer.json and DIR/tokenizer_config.json, loadable by gpeserve and by\n"
+      "Hugging Face. FILE: .json (array of strings or objects), .jsonl (one string or\n"
+      "object per line) or plain text (one text per line).");
   tokenizer::BpeTrainerConfig config;
-  try {
-    config.vocab_size = std::stoi(*args.Get("vocab_size"));
-    config.min_frequency = std::stoi(*args.Get("min_frequency"));
-  } catch (const std::exception&) {
-    std::cerr << "gpe: --vocab_size and --min_frequency take whole numbers\n";
+  std::optional<std::string> data, out;
+  std::vector<std::string> keys;  // empty: every string field
+  flags.Add("data", "FILE", "training corpus", &data);
+  flags.Add("out", "DIR", "output folder (created if missing)", &out);
+  // Unbounded: TrainByteLevelBpe says what a usable vocabulary size is.
+  flags.Add("vocab_size", "N", "vocabulary size, special tokens included", &config.vocab_size);
+  flags.Add("min_frequency", "N", "never merge a pair seen fewer times", &config.min_frequency);
+  flags.AddParsed("keys", "K1,K2", "object fields to train on (default: every string field)", "",
+                  [&keys](std::string_view text) {
+                    keys = absl::StrSplit(absl::string_view(text.data(), text.size()), ',',
+                                          absl::SkipEmpty());
+                    return absl::OkStatus();
+                  });
+  flags.AddParsed("special_tokens", "T1,T2", "special tokens, in id order",
+                  absl::StrJoin(config.special_tokens, ","), [&config](std::string_view text) {
+                    config.special_tokens = absl::StrSplit(
+                        absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty());
+                    return absl::OkStatus();
+                  });
+  flags.Add("eos_token", "TOKEN", "end-of-sequence token (one of the special tokens)",
+            &config.eos_token);
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (!data || !out) {
+    std::cerr << "gpe: --data and --out are required\n\n" << flags.Help();
     return 2;
   }
-  config.special_tokens = absl::StrSplit(*args.Get("special_tokens"), ',', absl::SkipEmpty());
-  config.eos_token = *args.Get("eos_token");
   config.pad_token = config.special_tokens.empty() ? "" : config.special_tokens.front();
-  std::vector<std::string> keys;
-  if (auto k = args.Get("keys")) keys = absl::StrSplit(*k, ',', absl::SkipEmpty());
 
   auto texts = ReadCorpus(*data, keys);
   if (!texts.ok()) {

@@ -22,11 +22,9 @@ absl::StatusOr<KvPool> KvPool::Create(const KvCacheConfig& config, const KvShape
   return KvPool(std::move(k), std::move(v), device);
 }
 
-int64_t KvPool::BlocksForBytes(int64_t bytes, int block_size, const KvShape& shape,
-                               torch::ScalarType dtype) {
-  const int64_t per_block = 2 * shape.layers * block_size * shape.kv_heads * shape.head_dim *
-                            static_cast<int64_t>(torch::elementSize(dtype));
-  return per_block > 0 ? bytes / per_block : 0;
+int64_t KvPool::BlockBytes(int block_size, const KvShape& shape, torch::ScalarType dtype) {
+  return 2 * shape.layers * block_size * shape.kv_heads * shape.head_dim *
+         static_cast<int64_t>(torch::elementSize(dtype));
 }
 
 void KvPool::Write(int64_t layer, const torch::Tensor& slots, const torch::Tensor& k,

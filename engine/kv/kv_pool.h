@@ -26,9 +26,8 @@ class KvPool {
   // Allocates the pool. ResourceExhausted if the allocation fails.
   static absl::StatusOr<KvPool> Create(const KvCacheConfig& config, const KvShape& shape,
                                        torch::ScalarType dtype, torch::Device device);
-  // Blocks that fit in `bytes` of K and V over all layers.
-  static int64_t BlocksForBytes(int64_t bytes, int block_size, const KvShape& shape,
-                                torch::ScalarType dtype);
+  // Bytes of K and V over all layers that one block of `block_size` tokens holds.
+  static int64_t BlockBytes(int block_size, const KvShape& shape, torch::ScalarType dtype);
 
   // Stores k, v ([n, kv_heads, head_dim]) of one layer at `slots` ([n] int64, on device).
   void Write(int64_t layer, const torch::Tensor& slots, const torch::Tensor& k,

@@ -115,7 +115,7 @@ def main():
         rc, _, err = run([gpe, "make-model", "--tokenizer", a.model, "--out", shaped + "2",
                           "--num_layers", "0"])
         check("make-model --num_layers 0 exits 2 and says why",
-              rc == 2 and "--num_layers takes a positive integer" in err, (rc, err))
+              rc == 2 and "--num_layers takes a whole number >= 1" in err, (rc, err))
         data = os.path.join(tmp, "data.json")
         with open(data, "w") as f:
             json.dump([{"en": "the dog sees the cat", "de": "der Hund sieht die Katze"},

@@ -1,0 +1,107 @@
+#include "flags/groups.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/policy/profile.h"
+
+namespace gpeserve::flags {
+
+void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help, bool with_device) {
+  flags.Add("model", "DIR", std::move(dir_help), &model->dir);
+  flags.Add("dtype", model::kServingDtypeChoices, model::kServingDtypeHelp, &model->options.dtype);
+  if (with_device) flags.Add("device", "cpu|cuda", "device", &model->options.device);
+  flags.Add("threads", "N", "CPU threads for the model (0 = all cores)", &model->options.threads,
+            {.min = 0});
+}
+
+void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
+  flags.Add("kv_cache_memory", "BYTES", "KV cache size when --kv_blocks is 0",
+            &config->kv_cache_memory, {.min = 1});
+  flags.Add("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", &config->kv_blocks,
+            {.min = 0});
+  flags.Add("block_size", "N", "tokens per KV block", &config->block_size, {.min = 1});
+}
+
+void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
+  flags.Add("max_batch_tokens", "N", "tokens in one forward step",
+            &config->scheduler.max_batch_tokens, {.min = 1});
+  flags.Add("max_sessions_per_step", "N", "sessions in one forward step",
+            &config->scheduler.max_sessions_per_step, {.min = 1});
+  flags.Add("long_read_tokens", "N",
+            "a read with more tokens left than this (a long prompt) is paced",
+            &config->scheduler.long_read_tokens, {.min = 1});
+  flags.Add("long_read_slowdown", "F",
+            "pace long reads so that other sessions' steps take at most F times as long on "
+            "average (0: no pacing)",
+            &config->long_read_slowdown, {.min = 0});
+  flags.AddCheck([config] {
+    if (config->long_read_slowdown > 0 && config->long_read_slowdown < 1) {
+      return absl::InvalidArgumentError("--long_read_slowdown takes 0 (off) or a number >= 1");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<session::SessionOptions> SessionFlags::Resolve() const {
+  auto loaded = policy::LoadProfile(profile);
+  if (!loaded.ok()) return loaded.status();
+  session::SessionOptions resolved = options;
+  resolved.profile = *std::move(loaded);
+  if (instruction) resolved.profile.instruction = *instruction;
+  if (phi) resolved.profile.phi = *phi;
+  return resolved;
+}
+
+void AddWaitKFlag(FlagSet& flags, int* wait_k) {
+  flags.Add("wait_k", "K", "source units read before the first write", wait_k, {.min = 1});
+}
+
+void AddSplitFlag(FlagSet& flags, policy::SplitMode* split) {
+  flags.AddChoice("split", "source unit", split,
+                  {{"word", policy::SplitMode::kWord}, {"token", policy::SplitMode::kToken}});
+}
+
+void AddParadigmFlag(FlagSet& flags, session::Paradigm* paradigm) {
+  flags.AddChoice("paradigm", "streaming paradigm", paradigm,
+                  {{"gpe", session::Paradigm::kGpe},
+                   {"reencode", session::Paradigm::kReencode},
+                   {"interleaved", session::Paradigm::kInterleaved}});
+}
+
+void AddCompatFlag(FlagSet& flags, policy::Compat* compat) {
+  flags.AddChoice("compat",
+                  "reference: the reference evaluation code's stop and delay rules and output "
+                  "text, token for token (docs/GPE.md 8)",
+                  compat,
+                  {{"none", policy::Compat::kNone}, {"reference", policy::Compat::kReference}});
+}
+
+void AddSessionFlags(FlagSet& flags, SessionFlags* session) {
+  flags.Add("profile", "NAME|FILE",
+            "prompt profile (qwen2.5, llama3, gemma2, phi3, or a JSON file)", &session->profile);
+  flags.Add("instruction", "TEXT", "override the profile's instruction", &session->instruction);
+  flags.Add("phi", "N", "first target position id (default: the profile's)", &session->phi,
+            {.min = 0});
+  AddWaitKFlag(flags, &session->options.policy.wait_k);
+  AddSplitFlag(flags, &session->options.policy.split);
+  AddParadigmFlag(flags, &session->options.paradigm);
+  AddCompatFlag(flags, &session->options.policy.compat);
+  flags.Add("max_new_tokens", "N", "target tokens per session at most",
+            &session->options.policy.max_new_tokens, {.min = 1});
+}
+
+void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling) {
+  flags.Add("temperature", "T", "sampling temperature (0: greedy)", &sampling->temperature,
+            {.min = 0});
+  flags.Add("top_k", "K", "keep the k most likely tokens (0: all)", &sampling->top_k, {.min = 0});
+  flags.Add("top_p", "P", "nucleus sampling mass, in (0, 1]", &sampling->top_p,
+            {.min = 0, .max = 1});
+  flags.Add("seed", "N", "sampling seed (default: one the server picks)", &sampling->seed);
+  flags.AddCheck([sampling] {
+    const absl::Status s = sampler::Validate(*sampling);
+    return s.ok() ? s : absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  });
+}
+
+}  // namespace gpeserve::flags

@@ -1,0 +1,64 @@
+// The flags several binaries share, each group bound to the configuration struct it fills, so
+// that a flag has one name, one help text and one default (the struct's) everywhere:
+//   model     --model --dtype --device --threads        gpeserve, gpe eval/logits/bench*
+//   KV cache  --block_size --kv_blocks --kv_cache_memory gpeserve, gpe eval
+//   scheduler --max_batch_tokens --max_sessions_per_step --long_read_tokens
+//             --long_read_slowdown                       gpeserve, gpe eval, gpe bench
+//   session   --profile --instruction --phi --wait_k --split --paradigm --compat
+//             --max_new_tokens                           gpe eval
+//   sampling  --temperature --top_k --top_p --seed       gpe-client
+// A binary that wants another default sets the struct's field before adding the group.
+//
+// Thread-safety: as FlagSet (used once in main).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "engine/model/options.h"
+#include "engine/sampler/sampler.h"
+#include "engine/session/stream_session.h"
+#include "flags/flags.h"
+
+namespace gpeserve::flags {
+
+// The model a command loads.
+struct ModelFlags {
+  std::optional<std::string> dir;  // unset: the built-in default model
+  model::ModelOptions options;
+};
+inline constexpr char kModelDirHelp[] =
+    "Hugging Face model folder (default: the built-in English-to-German model)";
+// --model (with `dir_help`), --dtype, --device (unless !with_device), --threads.
+void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help = kModelDirHelp,
+                   bool with_device = true);
+
+// --block_size, --kv_blocks, --kv_cache_memory.
+void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config);
+// --max_batch_tokens, --max_sessions_per_step, --long_read_tokens, --long_read_slowdown.
+void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config);
+
+// What a session runs: its prompt profile and its policy.
+struct SessionFlags {
+  std::string profile = "qwen2.5";         // a built-in profile's name or a JSON file
+  std::optional<std::string> instruction;  // unset: the profile's
+  std::optional<int64_t> phi;              // unset: the profile's
+  session::SessionOptions options;         // policy and paradigm; the profile is Resolve's
+  // The options with the profile loaded and the instruction and phi applied.
+  absl::StatusOr<session::SessionOptions> Resolve() const;
+};
+// --profile, --instruction, --phi, --wait_k, --split, --paradigm (gpe, reencode, interleaved),
+// --compat, --max_new_tokens.
+void AddSessionFlags(FlagSet& flags, SessionFlags* session);
+// The single flags of that group, for binaries that take only some of them.
+void AddWaitKFlag(FlagSet& flags, int* wait_k);
+void AddSplitFlag(FlagSet& flags, policy::SplitMode* split);
+void AddParadigmFlag(FlagSet& flags, session::Paradigm* paradigm);
+void AddCompatFlag(FlagSet& flags, policy::Compat* compat);
+
+// --temperature, --top_k, --top_p, --seed; checked with sampler::Validate.
+void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling);
+
+}  // namespace gpeserve::flags
