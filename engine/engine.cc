@@ -19,8 +19,6 @@
 namespace gpeserve::engine {
 namespace {
 
-enum CommandKind { kOpen, kPush, kEnd, kCancel, kAbort };
-
 // A session as the loop thread sees it.
 struct Live {
   int64_t id = 0;
@@ -35,17 +33,60 @@ struct Live {
   int64_t last_served = -1;  // step
 };
 
-struct Command {
-  int64_t id = 0;
-  CommandKind kind = kPush;
-  std::vector<std::string> words;
-  std::unique_ptr<Live> live;  // kOpen
-  absl::Status status;         // kAbort
+// The event that ends session `id` with an error.
+SessionEvent ErrorEvent(int64_t id, absl::Status status) {
+  SessionEvent event;
+  event.kind = SessionEvent::Kind::kError;
+  event.session_id = id;
+  event.status = std::move(status);
+  return event;
+}
+
+FinishReason FinishReasonOf(policy::DoneReason reason) {
+  switch (reason) {
+    case policy::DoneReason::kMaxNewTokens:
+      return FinishReason::kMaxNewTokens;
+    case policy::DoneReason::kMaxLag:
+      return FinishReason::kMaxLag;
+    default:
+      return FinishReason::kEndOfSequence;
+  }
+}
+
+// The pieces of one forward step and the sessions they belong to, in the same order.
+struct Batch {
+  std::vector<session::Work> works;
+  std::vector<Live*> lives;
+  std::vector<int64_t> ids;  // lives' ids (a delivery may end a session and free its Live)
 };
 
 }  // namespace
 
+enum class Engine::CommandKind { kOpen, kPush, kEnd, kCancel, kAbort };
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEndOfSequence:
+      return "end_of_sequence";
+    case FinishReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case FinishReason::kMaxLag:
+      return "max_lag";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "end_of_sequence";
+}
+
 struct Engine::Impl {
+  struct Command {
+    int64_t id = 0;
+    CommandKind kind = CommandKind::kPush;
+    std::vector<std::string> words;
+    std::unique_ptr<Live> live;  // kOpen
+    absl::Status status;         // kAbort
+  };
+
   EngineConfig config;
   std::unique_ptr<kv::BlockAllocator> allocator;
   std::unique_ptr<kv::KvPool> pool;
@@ -66,14 +107,31 @@ struct Engine::Impl {
   int64_t orders = 0;
   EngineStats counters;
 
+  // One step after another until Shutdown: Drain, FinishEnded, Candidates, the scheduler's
+  // plan, Evict, Prepare, Run; then EndAll.
   void Loop(const model::Model& model);
-  // Applies queued commands; false when the engine stops.
+  // Waits while every session waits for source; applies queued commands; false when the
+  // engine stops.
   bool Drain();
+  void Apply(Command& command);
+  // Ends the sessions whose policy is done (end of sequence, limits) since the last step.
+  void FinishEnded();
+  // The sessions with work, and the admitted ones (possible preemption victims).
+  std::vector<scheduler::Candidate> Candidates() const;
+  // Ends the plan's sessions that can never fit; preempts its victims.
+  void Evict(const scheduler::Plan& plan);
+  // The plan's pieces as work (a piece whose blocks ran short after all waits a step).
+  Batch Prepare(const scheduler::Plan& plan);
+  // The forward step, sampling and token events; false when the forward failed (its sessions
+  // then end with its error).
+  bool Run(const model::Model& model, Batch& batch);
+  // Shutting down: every open session and every queued Open gets an UNAVAILABLE event.
+  void EndAll();
   // Delivers an event; a consumer that cannot take it gets the session cancelled.
   void Deliver(Live& live, const SessionEvent& event);
   // Ends a session with its final event and frees its blocks.
   void Finish(int64_t id, SessionEvent event);
-  SessionEvent DoneEvent(const Live& live, std::string reason) const;
+  SessionEvent DoneEvent(const Live& live, FinishReason reason) const;
   void Publish();
 };
 
@@ -184,9 +242,9 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
     // Seeds differ per session unless the client fixes one.
     live->sampler = std::make_unique<sampler::Sampler>(
         config.sampling, 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(id));
-    Command command;
+    Impl::Command command;
     command.id = id;
-    command.kind = kOpen;
+    command.kind = CommandKind::kOpen;
     command.live = std::move(live);
     impl_->inbox.push_back(std::move(command));
   }
@@ -194,13 +252,14 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   return std::shared_ptr<SessionHandle>(new SessionHandle(weak_from_this(), id));
 }
 
-void Engine::Post(int64_t id, int kind, std::vector<std::string> words, absl::Status status) {
+void Engine::Post(int64_t id, CommandKind kind, std::vector<std::string> words,
+                  absl::Status status) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stop) return;
-    Command command;
+    Impl::Command command;
     command.id = id;
-    command.kind = static_cast<CommandKind>(kind);
+    command.kind = kind;
     command.words = std::move(words);
     command.status = std::move(status);
     impl_->inbox.push_back(std::move(command));
@@ -209,26 +268,28 @@ void Engine::Post(int64_t id, int kind, std::vector<std::string> words, absl::St
 }
 
 void SessionHandle::Push(std::vector<std::string> words) {
-  if (auto engine = engine_.lock()) engine->Post(id_, kPush, std::move(words));
+  if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kPush, std::move(words));
 }
 void SessionHandle::EndSource() {
-  if (auto engine = engine_.lock()) engine->Post(id_, kEnd, {});
+  if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kEnd);
 }
 void SessionHandle::Cancel() {
-  if (auto engine = engine_.lock()) engine->Post(id_, kCancel, {});
+  if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kCancel);
 }
 void SessionHandle::Abort(absl::Status status) {
-  if (auto engine = engine_.lock()) engine->Post(id_, kAbort, {}, std::move(status));
+  if (auto engine = engine_.lock()) {
+    engine->Post(id_, Engine::CommandKind::kAbort, {}, std::move(status));
+  }
 }
 
 // ---- The loop ---------------------------------------------------------------------------------
 
-SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const {
+SessionEvent Engine::Impl::DoneEvent(const Live& live, FinishReason reason) const {
   const session::StreamSession& s = *live.session;
   SessionEvent event;
   event.kind = SessionEvent::Kind::kDone;
   event.session_id = live.id;
-  event.reason = std::move(reason);
+  event.reason = reason;
   event.output = s.output();
   event.full_text = s.FinalText();
   event.delays = s.FinalDelays();
@@ -244,12 +305,9 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, std::string reason) const
 
 void Engine::Impl::Deliver(Live& live, const SessionEvent& event) {
   if (live.callback && !live.callback(event) && event.kind == SessionEvent::Kind::kTokens) {
-    SessionEvent error;
-    error.kind = SessionEvent::Kind::kError;
-    error.session_id = live.id;
-    error.status = absl::ResourceExhaustedError(
-        "the client did not read its events fast enough; the session was cancelled");
-    Finish(live.id, std::move(error));
+    Finish(live.id, ErrorEvent(live.id, absl::ResourceExhaustedError(
+                                            "the client did not read its events fast enough; "
+                                            "the session was cancelled")));
   }
 }
 
@@ -279,40 +337,43 @@ bool Engine::Impl::Drain() {
     if (stop) return false;
     commands.swap(inbox);
   }
-  for (Command& command : commands) {
-    if (command.kind == kOpen) {
-      command.live->order = orders++;
-      sessions[command.id] = std::move(command.live);
-      continue;
-    }
-    auto it = sessions.find(command.id);
-    if (it == sessions.end()) continue;  // already finished
-    Live& live = *it->second;
-    if (command.kind == kPush) {
-      if (absl::Status s = live.session->AddWords(command.words); !s.ok()) {
-        SessionEvent error;
-        error.kind = SessionEvent::Kind::kError;
-        error.session_id = live.id;
-        error.status = s;
-        Finish(live.id, std::move(error));
-      }
-    } else if (command.kind == kEnd) {
-      live.session->EndSource();
-    } else if (command.kind == kAbort) {
-      const session::StreamSession& s = *live.session;
-      SessionEvent error;
-      error.kind = SessionEvent::Kind::kError;
-      error.session_id = live.id;
-      error.status = absl::Status(
-          command.status.code(),
-          absl::StrCat(command.status.message(), " (", s.source_units() - s.units_read(), " of ",
-                       s.source_units(), " source units received were not read)"));
-      Finish(live.id, std::move(error));
-    } else {
-      Finish(live.id, DoneEvent(live, "cancelled"));
-    }
-  }
+  for (Command& command : commands) Apply(command);
   return true;
+}
+
+void Engine::Impl::Apply(Command& command) {
+  if (command.kind == CommandKind::kOpen) {
+    command.live->order = orders++;
+    sessions[command.id] = std::move(command.live);
+    return;
+  }
+  auto it = sessions.find(command.id);
+  if (it == sessions.end()) return;  // already finished
+  Live& live = *it->second;
+  const session::StreamSession& s = *live.session;
+  switch (command.kind) {
+    case CommandKind::kPush:
+      if (absl::Status status = live.session->AddWords(command.words); !status.ok()) {
+        Finish(live.id, ErrorEvent(live.id, std::move(status)));
+      }
+      break;
+    case CommandKind::kEnd:
+      live.session->EndSource();
+      break;
+    case CommandKind::kAbort:
+      Finish(live.id,
+             ErrorEvent(live.id, absl::Status(command.status.code(),
+                                              absl::StrCat(command.status.message(), " (",
+                                                           s.source_units() - s.units_read(),
+                                                           " of ", s.source_units(),
+                                                           " source units received were not "
+                                                           "read)"))));
+      break;
+    case CommandKind::kCancel:
+    case CommandKind::kOpen:
+      Finish(live.id, DoneEvent(live, FinishReason::kCancelled));
+      break;
+  }
 }
 
 void Engine::Impl::Publish() {
@@ -325,151 +386,157 @@ void Engine::Impl::Publish() {
   stats.kv = allocator->stats();
 }
 
-void Engine::Impl::Loop(const model::Model& model) {
-  const int bs = allocator->block_size();
-  while (Drain()) {
-    // Sessions that ended (end of sequence, limits) since the last step.
-    std::vector<int64_t> done;
-    for (const auto& [id, live] : sessions) {
-      if (live->session->state() == session::StreamSession::State::kDone) done.push_back(id);
-    }
-    for (int64_t id : done) {
-      Live& live = *sessions[id];
-      Finish(id, DoneEvent(live, policy::DoneReasonName(live.session->done_reason())));
-    }
+void Engine::Impl::FinishEnded() {
+  std::vector<int64_t> done;
+  for (const auto& [id, live] : sessions) {
+    if (live->session->state() == session::StreamSession::State::kDone) done.push_back(id);
+  }
+  for (int64_t id : done) {
+    Live& live = *sessions[id];
+    Finish(id, DoneEvent(live, FinishReasonOf(live.session->done_reason())));
+  }
+}
 
-    std::vector<scheduler::Candidate> candidates;
-    for (const auto& [id, live] : sessions) {
-      const session::StreamSession& s = *live->session;
-      scheduler::Candidate c;
-      c.id = id;
-      c.runnable = s.state() == session::StreamSession::State::kRunnable;
-      if (!c.runnable && !live->admitted) continue;
-      c.admitted = live->admitted;
-      if (c.runnable) {
-        const session::StreamSession::PieceNeeds needs = s.NextPieceNeeds(bs);
-        c.write = needs.samples;
-        c.remaining = needs.remaining;
-        c.min_tokens = needs.min_tokens;
-        c.free_slots = needs.free_slots;
-      }
-      c.admit_order = live->order;
-      c.last_served = live->last_served;
-      c.blocks_held = s.blocks_held();
-      candidates.push_back(c);
+std::vector<scheduler::Candidate> Engine::Impl::Candidates() const {
+  const int bs = allocator->block_size();
+  std::vector<scheduler::Candidate> candidates;
+  for (const auto& [id, live] : sessions) {
+    const session::StreamSession& s = *live->session;
+    scheduler::Candidate c;
+    c.id = id;
+    c.runnable = s.state() == session::StreamSession::State::kRunnable;
+    if (!c.runnable && !live->admitted) continue;
+    c.admitted = live->admitted;
+    if (c.runnable) {
+      const session::StreamSession::PieceNeeds needs = s.NextPieceNeeds(bs);
+      c.write = needs.samples;
+      c.remaining = needs.remaining;
+      c.min_tokens = needs.min_tokens;
+      c.free_slots = needs.free_slots;
     }
+    c.admit_order = live->order;
+    c.last_served = live->last_served;
+    c.blocks_held = s.blocks_held();
+    candidates.push_back(c);
+  }
+  return candidates;
+}
+
+void Engine::Impl::Evict(const scheduler::Plan& plan) {
+  for (int64_t id : plan.never_fit) {
+    Finish(id, ErrorEvent(id, absl::ResourceExhaustedError(absl::StrCat(
+                                  "the session needs more than the whole KV cache (",
+                                  allocator->total_blocks(), " blocks of ", allocator->block_size(),
+                                  " tokens); shorten the source or max_new_tokens, or give the "
+                                  "server more KV cache"))));
+  }
+  for (int64_t id : plan.preempted) {
+    Live& live = *sessions[id];
+    live.session->Preempt(*allocator);
+    live.admitted = false;
+    ++counters.preemptions;
+  }
+}
+
+Batch Engine::Impl::Prepare(const scheduler::Plan& plan) {
+  Batch batch;
+  for (const scheduler::Piece& piece : plan.pieces) {
+    Live& live = *sessions[piece.id];
+    auto work = live.session->Prepare(std::max<int64_t>(1, piece.tokens), *allocator);
+    if (!work.ok()) continue;  // blocks ran short after all: it waits for the next step
+    if (!live.admitted) {
+      live.admitted = true;
+      live.order = orders++;
+    }
+    if (!live.first_run) live.first_run = std::chrono::steady_clock::now();
+    live.last_served = step;
+    batch.works.push_back(*std::move(work));
+    batch.lives.push_back(&live);
+    batch.ids.push_back(live.id);
+  }
+  return batch;
+}
+
+bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
+  auto logits = session::RunWorks(model, *pool, batch.works);
+  if (!logits.ok()) {
+    for (int64_t id : batch.ids) Finish(id, ErrorEvent(id, logits.status()));
+    return false;
+  }
+  int64_t step_tokens = 0;
+  for (const session::Work& w : batch.works) step_tokens += static_cast<int64_t>(w.tokens.size());
+  ++counters.steps;
+  counters.step_tokens += step_tokens;
+  counters.step_sessions += static_cast<int64_t>(batch.works.size());
+  if (config.on_step) config.on_step(step_tokens);
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.works.size(); ++i) {
+    const bool sample = batch.works[i].sample;
+    if (!sessions.contains(batch.ids[i])) {
+      row += sample ? 1 : 0;
+      continue;
+    }
+    Live& live = *batch.lives[i];
+    std::optional<int32_t> token;
+    if (sample) {
+      const torch::Tensor r = (*logits)[row++].contiguous();
+      token = live.sampler->Sample({r.data_ptr<float>(), static_cast<size_t>(r.numel())});
+    }
+    const session::StepResult result = live.session->Complete(token, *allocator);
+    if (result.emitted || result.word_complete) {
+      SessionEvent event;
+      event.session_id = live.id;
+      if (result.emitted) {
+        event.ids.push_back(*result.emitted);
+        event.text = live.detokenizer->Push(*result.emitted);
+        ++counters.generated_tokens;
+      }
+      event.word_complete = result.word_complete;
+      event.units_read = live.session->units_read();
+      Deliver(live, event);
+    }
+  }
+  return true;
+}
+
+void Engine::Impl::Loop(const model::Model& model) {
+  while (Drain()) {
+    FinishEnded();
+    const std::vector<scheduler::Candidate> candidates = Candidates();
     if (candidates.empty()) {
       Publish();
       continue;
     }
     const auto step_start = std::chrono::steady_clock::now();
     const scheduler::Plan plan = scheduler::Schedule(config.scheduler, candidates,
-                                                     allocator->free_blocks(), bs, pacer->Budget());
-    for (int64_t id : plan.preempted) {
-      Live& live = *sessions[id];
-      if (live.session->blocks_held() + allocator->free_blocks() >= allocator->total_blocks()) {
-        // Alone in the cache and still short: it can never fit.
-        SessionEvent error;
-        error.kind = SessionEvent::Kind::kError;
-        error.session_id = id;
-        error.status = absl::ResourceExhaustedError(
-            absl::StrCat("the session needs more than the whole KV cache (",
-                         allocator->total_blocks(), " blocks of ", bs,
-                         " tokens); shorten the source or max_new_tokens, or give the "
-                         "server more KV cache"));
-        Finish(id, std::move(error));
-        continue;
-      }
-      live.session->Preempt(*allocator);
-      live.admitted = false;
-      ++counters.preemptions;
-    }
-    std::vector<session::Work> works;
-    std::vector<Live*> ran;
-    for (const scheduler::Piece& piece : plan.pieces) {
-      Live& live = *sessions[piece.id];
-      auto work = live.session->Prepare(std::max<int64_t>(1, piece.tokens), *allocator);
-      if (!work.ok()) continue;  // blocks ran short after all: it waits for the next step
-      if (!live.admitted) {
-        live.admitted = true;
-        live.order = orders++;
-      }
-      if (!live.first_run) live.first_run = std::chrono::steady_clock::now();
-      live.last_served = step;
-      works.push_back(*std::move(work));
-      ran.push_back(&live);
-    }
+                                                     {.free_blocks = allocator->free_blocks(),
+                                                      .block_size = allocator->block_size(),
+                                                      .total_blocks = allocator->total_blocks()},
+                                                     pacer->Budget());
+    Evict(plan);
+    Batch batch = Prepare(plan);
     ++step;
-    if (works.empty()) {
-      Publish();
-      continue;
+    if (!batch.works.empty() && Run(model, batch)) {
+      pacer->Observe(
+          plan.long_read_tokens, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     }
-    auto logits = session::RunWorks(model, *pool, works);
-    if (!logits.ok()) {
-      for (Live* live : ran) {
-        SessionEvent error;
-        error.kind = SessionEvent::Kind::kError;
-        error.session_id = live->id;
-        error.status = logits.status();
-        Finish(live->id, std::move(error));
-      }
-      Publish();
-      continue;
-    }
-    int64_t step_tokens = 0;
-    for (const session::Work& w : works) step_tokens += static_cast<int64_t>(w.tokens.size());
-    ++counters.steps;
-    counters.step_tokens += step_tokens;
-    counters.step_sessions += static_cast<int64_t>(works.size());
-    if (config.on_step) config.on_step(step_tokens);
-    int64_t row = 0;
-    std::vector<int64_t> ids;
-    for (Live* live : ran) ids.push_back(live->id);
-    for (size_t i = 0; i < works.size(); ++i) {
-      if (!sessions.contains(ids[i])) continue;
-      Live& live = *ran[i];
-      std::optional<int32_t> token;
-      if (works[i].sample) {
-        const torch::Tensor r = (*logits)[row++].contiguous();
-        token = live.sampler->Sample({r.data_ptr<float>(), static_cast<size_t>(r.numel())});
-      }
-      const session::StepResult result = live.session->Complete(token, *allocator);
-      if (result.emitted || result.word_complete) {
-        SessionEvent event;
-        event.session_id = live.id;
-        if (result.emitted) {
-          event.ids.push_back(*result.emitted);
-          event.text = live.detokenizer->Push(*result.emitted);
-          ++counters.generated_tokens;
-        }
-        event.word_complete = result.word_complete;
-        event.units_read = live.session->units_read();
-        Deliver(live, event);
-      }
-    }
-    pacer->Observe(
-        plan.long_read_tokens, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     Publish();
   }
-  // Shutting down: every open session gets its final event.
+  EndAll();
+}
+
+void Engine::Impl::EndAll() {
   std::vector<int64_t> open_ids;
   for (const auto& [id, live] : sessions) open_ids.push_back(id);
   for (int64_t id : open_ids) {
-    SessionEvent error;
-    error.kind = SessionEvent::Kind::kError;
-    error.session_id = id;
-    error.status = absl::UnavailableError("the engine shut down");
-    Finish(id, std::move(error));
+    Finish(id, ErrorEvent(id, absl::UnavailableError("the engine shut down")));
   }
   std::lock_guard<std::mutex> lock(mu);
   for (Command& command : inbox) {
-    if (command.kind == kOpen && command.live->callback) {
-      SessionEvent error;
-      error.kind = SessionEvent::Kind::kError;
-      error.session_id = command.id;
-      error.status = absl::UnavailableError("the engine shut down");
-      command.live->callback(error);
+    if (command.kind == CommandKind::kOpen && command.live->callback) {
+      command.live->callback(
+          ErrorEvent(command.id, absl::UnavailableError("the engine shut down")));
     }
   }
   inbox.clear();

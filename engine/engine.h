@@ -68,7 +68,13 @@ struct SessionConfig {
   sampler::SamplingParams sampling;
 };
 
-// Why a session ended, as a name: end_of_sequence, max_new_tokens, max_lag, cancelled, error.
+// Why a session ended without an error: the policy's stop rules (policy::DoneReason) or a
+// cancel.
+enum class FinishReason { kEndOfSequence, kMaxNewTokens, kMaxLag, kCancelled };
+// "end_of_sequence", "max_new_tokens", "max_lag", "cancelled": the names the API, metrics and
+// result files use.
+const char* FinishReasonName(FinishReason reason);
+
 struct SessionEvent {
   enum class Kind { kTokens, kDone, kError };
   Kind kind = Kind::kTokens;
@@ -80,7 +86,7 @@ struct SessionEvent {
   bool word_complete = false;  // a target word ended with this event
   int64_t units_read = 0;      // source units read so far
   // kDone: the whole output and its statistics.
-  std::string reason;
+  FinishReason reason = FinishReason::kEndOfSequence;
   std::vector<int32_t> output;
   std::string full_text;
   std::vector<int64_t> delays;
@@ -89,7 +95,7 @@ struct SessionEvent {
   int64_t source_units_unread = 0;
   session::SessionCounters counters;
   double queue_seconds = 0;  // from Open to the first step the session ran in (or to its end)
-  // kError (and kDone with reason "cancelled" when cancelled by the engine).
+  // kError (and kDone with reason kCancelled when cancelled by the engine).
   absl::Status status;
 };
 
@@ -120,7 +126,7 @@ class SessionHandle {
   // The source is complete.
   void EndSource();
   // Ends the session: its blocks are freed at the next step and it gets a done event with
-  // reason "cancelled".
+  // reason kCancelled.
   void Cancel();
   // Ends the session early with an error event carrying `status` (not OK), its message
   // followed by how many source units were received and never read, e.g. a server that drains.
@@ -156,9 +162,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
  private:
   struct Impl;
+  enum class CommandKind;  // engine.cc: what a session's handle asks of the loop
   friend class SessionHandle;
   Engine() = default;
-  void Post(int64_t id, int kind, std::vector<std::string> words, absl::Status status = {});
+  void Post(int64_t id, CommandKind kind, std::vector<std::string> words = {},
+            absl::Status status = {});
 
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Impl> impl_;

@@ -40,7 +40,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
       if (metrics_ != nullptr) {
         metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
         metrics_->ObserveQueueTime(e.queue_seconds);
-        metrics_->SessionFinished(e.reason);
+        metrics_->SessionFinished(engine::FinishReasonName(e.reason));
       }
       v1::StreamResponse response;
       v1::SessionDone* done = response.mutable_done();
@@ -57,7 +57,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
       c->set_forward_tokens(e.counters.forward_tokens);
       c->set_shared_tokens(e.counters.shared_tokens);
       c->set_preemptions(e.counters.preemptions);
-      done->set_finish_reason(e.reason);
+      done->set_finish_reason(engine::FinishReasonName(e.reason));
       done->set_source_units_unread(e.source_units_unread);
       queue_.push_back(std::move(response));
       end_ = grpc::Status::OK;

@@ -130,7 +130,8 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
         }
         continue;
       }
-      (*results)[index] = {e.full_text, e.output, e.delays, e.source_units, e.counters, e.reason};
+      (*results)[index] = {e.full_text,    e.output,   e.delays,
+                           e.source_units, e.counters, engine::FinishReasonName(e.reason)};
     }
     lock.unlock();
     progress(done);

@@ -13,11 +13,6 @@ std::vector<int64_t> BlockTable::Slots(int64_t begin, int64_t end, int block_siz
   return slots;
 }
 
-int64_t BlockTable::BlocksNeeded(int64_t n, int block_size) const {
-  const int64_t needed = (num_tokens_ + n + block_size - 1) / block_size;
-  return std::max<int64_t>(0, needed - static_cast<int64_t>(blocks_.size()));
-}
-
 absl::Status BlockTable::Append(int64_t n, BlockAllocator& allocator) {
   const int64_t needed = BlocksNeeded(n, allocator.block_size());
   if (needed > allocator.free_blocks()) {
@@ -39,7 +34,7 @@ void BlockTable::Truncate(int64_t n, BlockAllocator& allocator) {
   assert(n <= num_tokens_);
   num_tokens_ -= n;
   const int block_size = allocator.block_size();
-  const size_t keep = static_cast<size_t>((num_tokens_ + block_size - 1) / block_size);
+  const size_t keep = static_cast<size_t>(BlocksFor(num_tokens_, 0, block_size));
   while (blocks_.size() > keep) {
     allocator.Release(blocks_.back());
     blocks_.pop_back();

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "engine/kv/block_allocator.h"
+#include "engine/kv/blocks.h"
 
 namespace gpeserve::kv {
 
@@ -26,8 +27,14 @@ class BlockTable {
   // Slots of tokens [begin, end).
   std::vector<int64_t> Slots(int64_t begin, int64_t end, int block_size) const;
 
+  // Empty slots in the last block.
+  int64_t FreeSlots(int block_size) const {
+    return static_cast<int64_t>(blocks_.size()) * block_size - num_tokens_;
+  }
   // Blocks that Append(n) would allocate.
-  int64_t BlocksNeeded(int64_t n, int block_size) const;
+  int64_t BlocksNeeded(int64_t n, int block_size) const {
+    return BlocksFor(n, FreeSlots(block_size), block_size);
+  }
   // Grows the sequence by n tokens, allocating blocks as needed. All or nothing: on
   // ResourceExhausted nothing changed.
   absl::Status Append(int64_t n, BlockAllocator& allocator);

@@ -3,19 +3,18 @@
 #include <algorithm>
 #include <set>
 
-namespace gpeserve::scheduler {
+#include "engine/kv/blocks.h"
 
-int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size) {
-  const int64_t beyond = tokens - free_slots;
-  return beyond <= 0 ? 0 : (beyond + block_size - 1) / block_size;
-}
+namespace gpeserve::scheduler {
 
 bool IsLongRead(const SchedulerConfig& config, const Candidate& c) {
   return c.runnable && !c.write && c.remaining > config.long_read_tokens;
 }
 
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size, LongReadBudget long_read_budget) {
+              const KvRoom& kv, LongReadBudget long_read_budget) {
+  using kv::BlocksFor;
+  const int block_size = kv.block_size;
   std::vector<const Candidate*> order;
   for (const Candidate& c : candidates) order.push_back(&c);
   auto rank = [&](const Candidate* c) {
@@ -32,7 +31,8 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
   Plan plan;
   std::set<int64_t> planned, preempted;
   int64_t budget = config.max_batch_tokens;
-  int64_t free = free_blocks;
+  int64_t free = kv.free_blocks;
+  int64_t released = 0;  // blocks of the victims so far
   for (const Candidate* c : order) {
     if (static_cast<int>(plan.pieces.size()) >= config.max_sessions_per_step) break;
     if (!c->runnable || preempted.contains(c->id)) continue;
@@ -68,7 +68,10 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
         }
         if (victim == nullptr) break;
         preempted.insert(victim->id);
-        plan.preempted.push_back(victim->id);
+        const bool alone = kv.total_blocks > 0 &&
+                           victim->blocks_held + kv.free_blocks + released >= kv.total_blocks;
+        (alone ? plan.never_fit : plan.preempted).push_back(victim->id);
+        released += victim->blocks_held;
         if (victim == c) break;
         free += victim->blocks_held;
       }

@@ -21,7 +21,9 @@
 //      one that has not (the engine's pacing, see EngineConfig).
 //   4. Blocks: a running session whose piece needs blocks that are not free preempts by
 //      recompute the most recently admitted running session not planned in this step (itself,
-//      when it is that one): the victim's blocks are freed and it waits for re-admission.
+//      when it is that one): the victim's blocks are freed and it waits for re-admission. A
+//      victim that holds every block in use (its blocks and the free ones are the whole
+//      cache) can never fit: it is listed to be ended instead.
 //
 // Thread-safety: pure function.
 #pragma once
@@ -57,15 +59,20 @@ struct Piece {
   int64_t tokens = 0;
 };
 
+// The KV cache as the plan sees it.
+struct KvRoom {
+  int64_t free_blocks = 0;
+  int block_size = 16;
+  int64_t total_blocks = 0;  // 0: not given (no session is judged never to fit)
+};
+
 struct Plan {
   std::vector<int64_t> preempted;  // free these sessions' blocks first, in this order
+  std::vector<int64_t> never_fit;  // end these: alone in the cache, still short of blocks
   std::vector<Piece> pieces;       // then run these
   int long_reads = 0;              // pieces of them that are long reads
   int64_t long_read_tokens = 0;    // and their tokens
 };
-
-// Blocks a piece of `tokens` needs given `free_slots` in the current last block.
-int64_t BlocksFor(int64_t tokens, int64_t free_slots, int block_size);
 
 // Whether `c` is a long read under `config`.
 bool IsLongRead(const SchedulerConfig& config, const Candidate& c);
@@ -77,6 +84,6 @@ struct LongReadBudget {
 };
 
 Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candidates,
-              int64_t free_blocks, int block_size, LongReadBudget long_read_budget = {});
+              const KvRoom& kv, LongReadBudget long_read_budget = {});
 
 }  // namespace gpeserve::scheduler

@@ -1,29 +1,40 @@
 #include "engine/session/runner.h"
 
+#include <exception>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model/paged_attention.h"
 
 namespace gpeserve::session {
 
 absl::StatusOr<torch::Tensor> RunWorks(const model::Model& model, kv::KvPool& pool,
                                        std::span<const Work> works) {
-  std::vector<int64_t> tokens, positions, rows;
-  std::vector<model::AttentionSegment> segments;
-  for (const Work& work : works) {
-    if (work.tokens.empty()) continue;
-    const auto begin = static_cast<int64_t>(tokens.size());
-    const auto length = static_cast<int64_t>(work.tokens.size());
-    tokens.insert(tokens.end(), work.tokens.begin(), work.tokens.end());
-    positions.insert(positions.end(), work.positions.begin(), work.positions.end());
-    segments.push_back({begin, length, work.context, work.slots, work.noncausal});
-    if (work.sample) rows.push_back(begin + length - 1);
+  // A libtorch failure anywhere in the step (building the inputs, attention over the pool, the
+  // forward) ends the step's sessions, not the process.
+  try {
+    std::vector<int64_t> tokens, positions, rows;
+    std::vector<model::AttentionSegment> segments;
+    for (const Work& work : works) {
+      if (work.tokens.empty()) continue;
+      const auto begin = static_cast<int64_t>(tokens.size());
+      const auto length = static_cast<int64_t>(work.tokens.size());
+      tokens.insert(tokens.end(), work.tokens.begin(), work.tokens.end());
+      positions.insert(positions.end(), work.positions.begin(), work.positions.end());
+      segments.push_back({begin, length, work.context, work.slots, work.noncausal});
+      if (work.sample) rows.push_back(begin + length - 1);
+    }
+    if (tokens.empty()) return torch::empty({0, model.config().vocab_size}, torch::kFloat32);
+    model::PagedAttention attention(pool, segments);
+    return model.Forward(torch::tensor(tokens, torch::kInt64),
+                         torch::tensor(positions, torch::kInt64),
+                         torch::tensor(rows, torch::kInt64), attention);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("libtorch error in a forward step: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("error in a forward step: ", e.what()));
   }
-  if (tokens.empty()) return torch::empty({0, model.config().vocab_size}, torch::kFloat32);
-  model::PagedAttention attention(pool, segments);
-  return model.Forward(torch::tensor(tokens, torch::kInt64),
-                       torch::tensor(positions, torch::kInt64), torch::tensor(rows, torch::kInt64),
-                       attention);
 }
 
 absl::StatusOr<std::unique_ptr<StreamSession>> CreateOfflineSession(

@@ -22,7 +22,8 @@
 namespace gpeserve::session {
 
 // One forward pass over every token of `works` (pieces with no tokens are skipped). Returns
-// float32 logits [number of works with `sample` set, vocab] on the CPU, in order.
+// float32 logits [number of works with `sample` set, vocab] on the CPU, in order. INTERNAL when
+// libtorch fails (a bad slot, out of memory): the caller ends the works' sessions.
 absl::StatusOr<torch::Tensor> RunWorks(const model::Model& model, kv::KvPool& pool,
                                        std::span<const Work> works);
 

@@ -179,7 +179,7 @@ StreamSession::PieceNeeds StreamSession::NextPieceNeeds(int block_size) const {
   needs.min_tokens = feed.offset < feed.block ? static_cast<int64_t>(feed.block - feed.offset)
                                               : std::min<int64_t>(1, needs.remaining);
   const kv::BlockTable& table = feed.to_target ? target_ : source_;
-  needs.free_slots = static_cast<int64_t>(table.blocks().size()) * block_size - table.num_tokens();
+  needs.free_slots = table.FreeSlots(block_size);
   return needs;
 }
 

@@ -315,5 +315,42 @@ TEST(EngineTest, SlowConsumerAndLimits) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A session that outgrows the whole KV cache ends with RESOURCE_EXHAUSTED (the scheduler's
+// "never fits"), its blocks come back, and the engine serves the next session as before.
+TEST(EngineTest, ASessionLargerThanTheCacheEndsAndOthersGoOn) {
+  auto m = testing::TinyChatModel(6);
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 32;  // 128 tokens
+  config.scheduler.max_batch_tokens = 8;
+  auto engine = Engine::Create(m, config);
+  ASSERT_TRUE(engine.ok());
+  Collector big;  // k beyond its words: it reads them all before it writes
+  auto handle = (*engine)->Open(Config(200), big.Callback());
+  ASSERT_TRUE(handle.ok());
+  std::vector<std::string> words;
+  for (int i = 0; i < 150; ++i) words.push_back(i % 2 ? "cat" : "the");
+  (*handle)->Push(words);
+  (*handle)->EndSource();
+  const SessionEvent event = big.Wait();
+  ASSERT_EQ(event.kind, SessionEvent::Kind::kError);
+  EXPECT_EQ(event.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(event.status.message().find("more than the whole KV cache (32 blocks of 4 tokens)"),
+            std::string::npos)
+      << event.status;
+  EXPECT_EQ((*engine)->stats().kv.free_blocks, 32);
+
+  const SessionConfig small = Config(1);
+  const std::vector<std::string> few = {"the", "cat"};
+  Collector next;
+  auto second = (*engine)->Open(small, next.Callback());
+  ASSERT_TRUE(second.ok());
+  (*second)->Push(few);
+  (*second)->EndSource();
+  const SessionEvent done = next.Wait();
+  ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+  EXPECT_EQ(done.output, Alone(*m, small, few).output);
+}
+
 }  // namespace
 }  // namespace gpeserve::engine

@@ -5,10 +5,13 @@
 #include <random>
 #include <set>
 
+#include "engine/kv/blocks.h"
 #include "gtest/gtest.h"
 
 namespace gpeserve::scheduler {
 namespace {
+
+using kv::BlocksFor;
 
 Candidate Write(int64_t id, int64_t order, int64_t last_served = -1) {
   return {.id = id,
@@ -48,8 +51,9 @@ TEST(SchedulerTest, BlocksFor) {
 // Writes come first, then reads; a read larger than what is left of the budget is cut
 // (chunked prefill), and a read after it gets nothing this step.
 TEST(SchedulerTest, WritesFirstThenChunkedReads) {
-  const Plan plan = Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
-                             {Read(1, 0, 200), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, 1000, 16);
+  const Plan plan =
+      Schedule({.max_batch_tokens = 100, .max_sessions_per_step = 8},
+               {Read(1, 0, 200), Write(2, 1), Read(3, 2, 50), Write(4, 3)}, {1000, 16});
   ASSERT_EQ(plan.pieces.size(), 3u);
   EXPECT_EQ(plan.pieces[0].id, 2);
   EXPECT_EQ(plan.pieces[1].id, 4);
@@ -69,28 +73,28 @@ TEST(SchedulerTest, LongReadsComeLastAndCanBeDeferred) {
   const SchedulerConfig config{
       .max_batch_tokens = 100, .max_sessions_per_step = 8, .long_read_tokens = 256};
   const std::vector<Candidate> all = {Read(1, 0, 8000), Write(2, 1), Read(3, 2, 50), newcomer};
-  Plan plan = Schedule(config, all, 1000, 16);
+  Plan plan = Schedule(config, all, {1000, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}, {1, 19}}));
   EXPECT_EQ(plan.pieces.back().id, 1);
   EXPECT_EQ(plan.long_reads, 1);
   EXPECT_EQ(plan.long_read_tokens, 19);
-  plan = Schedule(config, all, 1000, 16, {.with_others = 0});
+  plan = Schedule(config, all, {1000, 16}, {.with_others = 0});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}}));
   EXPECT_EQ(plan.long_reads, 0);
-  plan = Schedule(config, all, 1000, 16, {.with_others = 7, .alone = 3});
+  plan = Schedule(config, all, {1000, 16}, {.with_others = 7, .alone = 3});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 50}, {5, 30}, {1, 7}}));
   // Two long reads share the budget.
-  plan = Schedule(config, {Write(2, 1), Read(1, 0, 8000), Read(6, 3, 900)}, 1000, 16,
+  plan = Schedule(config, {Write(2, 1), Read(1, 0, 8000), Read(6, 3, 900)}, {1000, 16},
                   {.with_others = 10});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {1, 10}}));
   EXPECT_EQ(plan.long_read_tokens, 10);
-  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, {.with_others = 0});
+  plan = Schedule(config, {Read(1, 0, 8000)}, {1000, 16}, {.with_others = 0});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 100}}));
   EXPECT_EQ(plan.long_reads, 1);
-  plan = Schedule(config, {Read(1, 0, 8000), Read(6, 3, 900)}, 1000, 16,
+  plan = Schedule(config, {Read(1, 0, 8000), Read(6, 3, 900)}, {1000, 16},
                   {.with_others = 0, .alone = 40});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 40}}));
-  plan = Schedule(config, {Read(1, 0, 8000)}, 1000, 16, {.with_others = 0, .alone = 0});
+  plan = Schedule(config, {Read(1, 0, 8000)}, {1000, 16}, {.with_others = 0, .alone = 0});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));
   EXPECT_TRUE(IsLongRead(config, Read(1, 0, 257)));
   EXPECT_FALSE(IsLongRead(config, Read(1, 0, 256)));
@@ -103,19 +107,19 @@ TEST(SchedulerTest, PiecesAreNotCutBelowTheirMinimum) {
   Candidate header = Write(5, 4, /*last_served=*/3);
   header.remaining = header.min_tokens = 6;
   const SchedulerConfig config{.max_batch_tokens = 6, .max_sessions_per_step = 8};
-  Plan plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 50)}, 1000, 16);
+  Plan plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 50)}, {1000, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}, {3, 5}}));
   header.last_served = -1;  // next step it is the oldest write and fits
-  plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 45)}, 1000, 16);
+  plan = Schedule(config, {Write(2, 1, 0), header, Read(3, 2, 45)}, {1000, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{5, 6}}));
 
   const SchedulerConfig small{.max_batch_tokens = 4, .max_sessions_per_step = 8};
-  plan = Schedule(small, {header, Write(2, 1, 0)}, 1000, 16);
+  plan = Schedule(small, {header, Write(2, 1, 0)}, {1000, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{5, 6}}));
-  plan = Schedule(small, {Write(2, 1, -2), header}, 1000, 16);
+  plan = Schedule(small, {Write(2, 1, -2), header}, {1000, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}}));
   // Short of blocks for the whole piece: not a smaller piece, nothing.
-  plan = Schedule(config, {header}, 0, 16);
+  plan = Schedule(config, {header}, {0, 16});
   EXPECT_TRUE(plan.pieces.empty());
 }
 
@@ -146,7 +150,7 @@ TEST(SchedulerTest, LimitsHoldOnRandomInputs) {
     const int64_t free = rng() % 6;
     const int64_t long_budget = static_cast<int64_t>(rng() % 12) - 1;
     const Plan plan =
-        Schedule(config, cs, free, 4, {long_budget, static_cast<int64_t>(rng() % 12) - 1});
+        Schedule(config, cs, {free, 4}, {long_budget, static_cast<int64_t>(rng() % 12) - 1});
     int64_t tokens = 0, blocks = 0, freed = 0;
     std::set<int64_t> seen;
     for (int64_t id : plan.preempted) {
@@ -199,7 +203,7 @@ TEST(SchedulerTest, EverySessionServedWithinBoundedSteps) {
     std::vector<Candidate> cs;
     for (int i = 0; i < n; ++i) cs.push_back(Write(i, n - i, last[i]));
     const Plan plan =
-        Schedule({.max_batch_tokens = 512, .max_sessions_per_step = per_step}, cs, 100, 16);
+        Schedule({.max_batch_tokens = 512, .max_sessions_per_step = per_step}, cs, {100, 16});
     ASSERT_EQ(plan.pieces.size(), static_cast<size_t>(per_step));
     for (const Piece& p : plan.pieces) last[p.id] = step;
     if (step >= (n + per_step - 1) / per_step) {
@@ -216,30 +220,55 @@ TEST(SchedulerTest, PreemptsTheMostRecentlyAdmitted) {
   Candidate a = Write(1, 0), b = Write(2, 1), c = Write(3, 2);
   a.free_slots = b.free_slots = c.free_slots = 0;  // each needs a new block
   c.blocks_held = 4;
-  Plan plan = Schedule({}, {a, b, c}, 1, 16);
+  Plan plan = Schedule({}, {a, b, c}, {1, 16});
   // a takes the free block; b needs one: c (admitted last) is preempted and frees 4.
   EXPECT_EQ(plan.preempted, std::vector<int64_t>{3});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
 
-  plan = Schedule({}, {a, b}, 1, 16);
+  plan = Schedule({}, {a, b}, {1, 16});
   EXPECT_EQ(plan.preempted, std::vector<int64_t>{2});  // b is the latest: itself
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));
 
   Candidate waiting = Read(9, 5, 40);
   waiting.admitted = false;
-  plan = Schedule({}, {a, waiting}, 2, 16);
+  plan = Schedule({}, {a, waiting}, {2, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}}));  // 40 tokens need 3 blocks
   EXPECT_TRUE(plan.preempted.empty());
-  plan = Schedule({}, {a, waiting}, 4, 16);
+  plan = Schedule({}, {a, waiting}, {4, 16});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {9, 40}}));
 
   // An idle running session (waiting for source) can be the victim.
   Candidate idle = Write(4, 9);
   idle.runnable = false;
   idle.blocks_held = 3;
-  plan = Schedule({}, {a, b, idle}, 1, 16);
+  plan = Schedule({}, {a, b, idle}, {1, 16});
   EXPECT_EQ(plan.preempted, std::vector<int64_t>{4});
   EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{1, 1}, {2, 1}}));
+}
+
+// A victim that holds every block in use (its own and the free ones make the whole cache) can
+// never fit: the plan ends it instead of preempting it; with other holders it is preempted.
+TEST(SchedulerTest, ASessionAloneInTheCacheAndStillShortNeverFits) {
+  Candidate big = Read(1, 0, 60);  // 60 tokens: 4 blocks
+  big.blocks_held = 6;
+  Plan plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16, .total_blocks = 8});
+  EXPECT_EQ(plan.never_fit, std::vector<int64_t>{1});
+  EXPECT_TRUE(plan.preempted.empty());
+  EXPECT_TRUE(plan.pieces.empty());
+  // Another session holds a block: preempted by recompute, it may fit later.
+  plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16, .total_blocks = 9});
+  EXPECT_TRUE(plan.never_fit.empty());
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{1});
+  // A victim preempted first frees its blocks: the next victim is then alone.
+  Candidate other = Write(2, 5);
+  other.runnable = false;
+  other.blocks_held = 1;
+  plan = Schedule({}, {big, other}, {.free_blocks = 2, .block_size = 16, .total_blocks = 9});
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{2});
+  EXPECT_EQ(plan.never_fit, std::vector<int64_t>{1});
+  // Without the cache's size nothing is judged never to fit.
+  plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16});
+  EXPECT_TRUE(plan.never_fit.empty());
 }
 
 }  // namespace

@@ -154,6 +154,28 @@ std::vector<std::string> RandomWords(std::mt19937& rng, int max_words) {
 // exactly what full recomputation with the paradigm's positions and mask produces (greedy),
 // for random models, sources, wait-k, split modes and phi; whether or not the work is cut
 // into pieces and the session preempted; and every block is returned (invariant 4).
+// A step libtorch cannot run (here: K/V slots beyond the pool) is an INTERNAL status for the
+// caller to end the step's sessions with, not an exception; the pool still serves the next step
+// with the same logits as before.
+TEST(StreamSessionTest, AFailedForwardStepIsAnInternalStatus) {
+  Fixture f(TinyChatModel(1), /*block_size=*/4, /*num_blocks=*/8);
+  const Work good{.tokens = {5, 6, 7},
+                  .positions = {0, 1, 2},
+                  .context = {},
+                  .slots = {0, 1, 2},
+                  .sample = true};
+  auto before = RunWorks(*f.m, *f.pool, {&good, 1});
+  ASSERT_TRUE(before.ok()) << before.status();
+  Work bad = good;
+  bad.slots = {0, 1, 4 * 8 + 100};
+  auto failed = RunWorks(*f.m, *f.pool, {&bad, 1});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal) << failed.status();
+  auto after = RunWorks(*f.m, *f.pool, {&good, 1});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(torch::equal(*before, *after));
+}
+
 TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
   auto profile = policy::LoadProfile("qwen2.5");
   ASSERT_TRUE(profile.ok());
