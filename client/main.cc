@@ -31,6 +31,7 @@
 #include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
+#include "engine/eval/report.h"
 #include "engine/eval/words.h"
 #include "engine/policy/wait_k_policy.h"
 #include "engine/sampler/sampler.h"
@@ -305,36 +306,26 @@ int EvalCommand(int argc, char** argv) {
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
   std::vector<absl::StatusOr<SessionTrace>> results(count, absl::UnknownError("not run"));
   std::atomic<size_t> next{0}, finished{0};
-  const bool tty = ::isatty(STDERR_FILENO);
-  std::mutex progress_mu;
-  const Clock::time_point start = Clock::now();
+  eval::Progress progress("gpe-client", count);
   std::vector<std::thread> workers;
   for (int w = 0; w < concurrency; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < count; i = next++) {
         results[i] = RunSession(*stub, *connect, config, Words((*data)[i].source), rate);
-        const size_t n = ++finished;
-        std::lock_guard<std::mutex> lock(progress_mu);
-        const double s = std::chrono::duration<double>(Clock::now() - start).count();
-        if (tty) {
-          std::fprintf(stderr, "\r[%zu/%zu] %.1f s", n, count, s);
-        } else if (n % 10 == 0 || n == count) {
-          std::fprintf(stderr, "gpe-client: %zu/%zu sentences, %.1f s\n", n, count, s);
-        }
+        progress.Update(++finished);
       }
     });
   }
   for (std::thread& t : workers) t.join();
-  if (tty) std::fprintf(stderr, "\n");
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = progress.Finish();
   std::ofstream out;
   if (out_path) {
     out.open(*out_path);
     if (!out) return Fail(*out_path + ": cannot create file");
   }
-  std::vector<std::string> hyps, refs;
-  double al = 0, laal = 0, al_ms = 0;
-  int64_t target_tokens = 0, source_tokens = 0, forward_tokens = 0;
+  // Computation-aware AL: delays in ms against a source of |X| units at the pace given (all at
+  // once: every unit at time 0).
+  eval::Report report(rate > 0 ? 1000.0 / rate : 0.0);
   for (size_t i = 0; i < count; ++i) {
     if (!results[i].ok()) {
       return Fail(absl::StrFormat("item %d: %s: %s", i,
@@ -342,55 +333,25 @@ int EvalCommand(int argc, char** argv) {
                                   results[i].status().message()));
     }
     const v1::SessionDone& done = results[i]->done;
-    const double y = static_cast<double>(eval::SplitWords(done.text()).size());
-    const double x = SourceUnits(config, done, Words((*data)[i].source).size());
-    const auto [a, l] = Lagging(done, x, y);
-    al += a;
-    laal += l;
-    // Computation-aware AL: delays in ms against a source of |X| units at the pace given
-    // (all at once: every unit at time 0).
-    const std::vector<double> ms(done.delays_ms().begin(), done.delays_ms().end());
-    const double unit_ms = rate > 0 ? 1000.0 / rate : 0.0;
-    if (!ms.empty()) {
-      const double gamma = std::max(1.0, y) / x;
-      double sum = 0;
-      for (size_t t = 0; t < ms.size(); ++t) sum += ms[t] - t / gamma * unit_ms;
-      al_ms += sum / ms.size();
-    }
-    target_tokens += done.ids_size();
-    source_tokens += done.counters().source_tokens();
-    forward_tokens += done.counters().forward_tokens();
-    hyps.push_back(done.text());
-    refs.push_back((*data)[i].reference);
-    if (out.is_open()) {
-      out << nlohmann::json{{"source", (*data)[i].source},
-                            {"reference", refs.back()},
-                            {"output", done.text()},
-                            {"output_ids",
-                             std::vector<int32_t>(done.ids().begin(), done.ids().end())},
-                            {"delays",
-                             std::vector<int64_t>(done.delays().begin(), done.delays().end())},
-                            {"delays_ms", ms},
-                            {"forward_tokens", done.counters().forward_tokens()},
-                            {"reason", done.finish_reason()}}
-                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-          << "\n";
-    }
+    const eval::SentenceResult result{
+        .source = (*data)[i].source,
+        .reference = (*data)[i].reference,
+        .output = done.text(),
+        .output_ids = std::vector<int32_t>(done.ids().begin(), done.ids().end()),
+        .delays = std::vector<int64_t>(done.delays().begin(), done.delays().end()),
+        .delays_ms = std::vector<double>(done.delays_ms().begin(), done.delays_ms().end()),
+        .source_units = SourceUnits(config, done, Words((*data)[i].source).size()),
+        .source_tokens = done.counters().source_tokens(),
+        .forward_tokens = done.counters().forward_tokens(),
+        .reason = done.finish_reason()};
+    report.Add(result);
+    if (out.is_open()) out << eval::ResultLine(result) << "\n";
   }
-  const double n = std::max<double>(1, static_cast<double>(count));
-  const eval::BleuScore bleu = eval::CorpusBleu(hyps, refs);
-  std::cout << bleu.ToString() << "\n"
-            << "signature: " << eval::BleuScore::Signature() << "\n"
-            << absl::StrFormat(
-                   "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, concurrency %d)\n",
-                   al / n, laal / n, count, session::ParadigmName(session_flags.paradigm),
-                   concurrency)
-            << absl::StrFormat("computation-aware AL = %.1f ms\n", al_ms / n)
-            << absl::StrFormat(
-                   "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens\n",
-                   source_tokens / n, target_tokens / n, forward_tokens / n)
-            << absl::StrFormat("throughput: %.1f target tokens/s, %.2f sentences/s (%.1f s)\n",
-                               target_tokens / seconds, count / seconds, seconds);
+  std::cout << report.Summary(
+      {.setting = absl::StrFormat("%s, concurrency %d",
+                                  session::ParadigmName(session_flags.paradigm), concurrency),
+       .seconds = seconds,
+       .throughput = true});
   return 0;
 }
 

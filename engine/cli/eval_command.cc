@@ -1,13 +1,9 @@
 // gpe eval: run a data set through streaming (or batch) sessions in-process and report BLEU,
 // AL and LAAL, like the reference evaluation script.
-#include <unistd.h>
-
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -15,18 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
-#include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
-#include "engine/eval/latency.h"
+#include "engine/eval/report.h"
 #include "engine/eval/words.h"
 #include "engine/model/default_model.h"
 #include "engine/session/runner.h"
 #include "flags/groups.h"
-#include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
 namespace {
@@ -36,23 +29,24 @@ int Fail(const std::string& message, int code = 1) {
   return code;
 }
 
-// What one sentence produced.
-struct ItemResult {
-  std::string text;
-  std::vector<int32_t> output;
-  std::vector<int64_t> delays;
-  int64_t source_units = 0;
-  session::SessionCounters counters;
-  std::string reason;
-};
-
-using Progress = std::function<void(size_t finished)>;
+// What a session produced (the data set's source and reference are added by the caller).
+eval::SentenceResult Sentence(std::string text, std::vector<int32_t> output,
+                              std::vector<int64_t> delays, int64_t source_units,
+                              const session::SessionCounters& counters, std::string reason) {
+  return {.output = std::move(text),
+          .output_ids = std::move(output),
+          .delays = std::move(delays),
+          .source_units = static_cast<double>(source_units),
+          .source_tokens = counters.source_tokens,
+          .forward_tokens = counters.forward_tokens,
+          .reason = std::move(reason)};
+}
 
 // One sentence at a time, each session alone on the model.
 absl::Status RunSequential(const model::Model& model, const session::SessionOptions& options,
                            const std::vector<std::vector<std::string>>& sources,
-                           const engine::EngineConfig& config, const Progress& progress,
-                           std::vector<ItemResult>* results) {
+                           const engine::EngineConfig& config, eval::Progress& progress,
+                           std::vector<eval::SentenceResult>* results) {
   const model::ModelConfig& c = model.config();
   const absl::StatusOr<int64_t> blocks = engine::KvCacheBlocks(model, config);
   if (!blocks.ok()) return blocks.status();
@@ -73,9 +67,9 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
       return absl::Status(r.status().code(),
                           absl::StrFormat("item %d: %s", i, r.status().message()));
     }
-    (*results)[i] = {r->text,         r->output,   r->delays,
-                     r->source_units, r->counters, policy::DoneReasonName(r->reason)};
-    progress(i + 1);
+    (*results)[i] = Sentence(r->text, r->output, r->delays, r->source_units, r->counters,
+                             policy::DoneReasonName(r->reason));
+    progress.Update(i + 1);
   }
   return absl::OkStatus();
 }
@@ -85,7 +79,7 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
 absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
                          const engine::EngineConfig& config, const session::SessionOptions& options,
                          const std::vector<std::vector<std::string>>& sources, int concurrency,
-                         const Progress& progress, std::vector<ItemResult>* results,
+                         eval::Progress& progress, std::vector<eval::SentenceResult>* results,
                          engine::EngineStats* stats) {
   auto eng = engine::Engine::Create(std::move(model), config);
   if (!eng.ok()) return eng.status();
@@ -130,11 +124,11 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
         }
         continue;
       }
-      (*results)[index] = {e.full_text,    e.output,   e.delays,
-                           e.source_units, e.counters, engine::FinishReasonName(e.reason)};
+      (*results)[index] = Sentence(e.full_text, e.output, e.delays, e.source_units, e.counters,
+                                   engine::FinishReasonName(e.reason));
     }
     lock.unlock();
-    progress(done);
+    progress.Update(done);
   }
   *stats = (*eng)->stats();
   (*eng)->Shutdown();
@@ -216,19 +210,8 @@ int EvalCommand(int argc, char** argv, int first) {
     const std::vector<std::string_view> words = eval::SplitWords((*data)[i].source);
     sources.emplace_back(words.begin(), words.end());
   }
-  const bool tty = ::isatty(STDERR_FILENO);
-  const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const Progress progress = [&](size_t finished) {
-    if (tty) {
-      std::fprintf(stderr, "\r[%zu/%zu] %.1f s", finished, count, elapsed());
-    } else if (finished % 10 == 0 || finished == count) {
-      std::fprintf(stderr, "gpe: %zu/%zu sentences, %.1f s\n", finished, count, elapsed());
-    }
-  };
-  std::vector<ItemResult> results(count);
+  eval::Progress progress("gpe", count);
+  std::vector<eval::SentenceResult> results(count);
   absl::Status run;
   engine::EngineStats stats;
   if (concurrency == 1) {
@@ -238,50 +221,21 @@ int EvalCommand(int argc, char** argv, int first) {
     run = RunOnEngine(*model, engine_config, options, sources, concurrency, progress, &results,
                       &stats);
   }
-  const double seconds = elapsed();
-  if (tty) std::fprintf(stderr, "\n");
+  const double seconds = progress.Finish();
   if (!run.ok()) return Fail(std::string(run.message()));
 
-  std::vector<std::string> hyps, refs;
-  double al_sum = 0, laal_sum = 0;
-  int64_t source_tokens = 0, target_tokens = 0, forward_tokens = 0;
+  eval::Report report;
   for (size_t i = 0; i < count; ++i) {
-    const ItemResult& result = results[i];
-    const std::string& reference = (*data)[i].reference;
-    const std::vector<double> delays(result.delays.begin(), result.delays.end());
-    const double x = static_cast<double>(result.source_units);
-    const double y = static_cast<double>(eval::SplitWords(result.text).size());
-    al_sum += eval::AverageLagging(delays, x, y);
-    laal_sum += eval::LengthAdaptiveAverageLagging(delays, x, y);
-    source_tokens += result.counters.source_tokens;
-    target_tokens += static_cast<int64_t>(result.output.size());
-    forward_tokens += result.counters.forward_tokens;
-    hyps.push_back(result.text);
-    refs.push_back(reference);
-    if (out.is_open()) {
-      out << nlohmann::json{{"source", (*data)[i].source},
-                            {"reference", reference},
-                            {"output", result.text},
-                            {"output_ids", result.output},
-                            {"delays", result.delays},
-                            {"forward_tokens", result.counters.forward_tokens},
-                            {"reason", result.reason}}
-                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-          << "\n";
-    }
+    eval::SentenceResult& result = results[i];
+    result.source = (*data)[i].source;
+    result.reference = (*data)[i].reference;
+    report.Add(result);
+    if (out.is_open()) out << eval::ResultLine(result) << "\n";
   }
-  const double n = std::max<double>(1, static_cast<double>(count));
-  const eval::BleuScore bleu = eval::CorpusBleu(hyps, refs);
-  std::cout << bleu.ToString() << "\n"
-            << "signature: " << eval::BleuScore::Signature() << "\n"
-            << absl::StrFormat(
-                   "AL = %.3f  LAAL = %.3f  (source units; %d sentences, %s, k=%d, "
-                   "concurrency %d)\n",
-                   al_sum / n, laal_sum / n, count, paradigm, wait_k, concurrency)
-            << absl::StrFormat(
-                   "per sentence: %.1f source tokens, %.1f target tokens, %.1f forward tokens, "
-                   "%.1f ms of wall time\n",
-                   source_tokens / n, target_tokens / n, forward_tokens / n, 1e3 * seconds / n);
+  std::cout << report.Summary(
+      {.setting = absl::StrFormat("%s, k=%d, concurrency %d", paradigm, wait_k, concurrency),
+       .seconds = seconds,
+       .wall_per_sentence = true});
   if (concurrency > 1) {
     std::cout << absl::StrFormat(
         "engine: %d steps, %.1f tokens and %.1f sessions per step, %d preemptions\n", stats.steps,
