@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/long_read_pacer.h"
@@ -92,13 +92,13 @@ struct Engine::Impl {
   std::unique_ptr<kv::KvPool> pool;
   std::thread thread;
 
-  mutable std::mutex mu;
-  std::condition_variable wake;
-  std::deque<Command> inbox;  // guarded by mu
-  bool stop = false;          // guarded by mu
-  int64_t open = 0;           // guarded by mu: sessions opened and not yet finished
-  int64_t next_id = 1;        // guarded by mu
-  EngineStats stats;          // guarded by mu: a snapshot after each step
+  // The loop waits on `mu` for commands (Mutex::Await: no condition variable to notify).
+  mutable absl::Mutex mu;
+  std::deque<Command> inbox ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  int64_t open ABSL_GUARDED_BY(mu) = 0;  // sessions opened and not yet finished
+  int64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  EngineStats stats ABSL_GUARDED_BY(mu);  // a snapshot after each step
 
   // ---- Loop thread only ----
   std::unique_ptr<scheduler::LongReadPacer> pacer;
@@ -113,6 +113,9 @@ struct Engine::Impl {
   // Waits while every session waits for source; applies queued commands; false when the
   // engine stops.
   bool Drain();
+  bool HasCommandsOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return stop || !inbox.empty();
+  }
   void Apply(Command& command);
   // Ends the sessions whose policy is done (end of sequence, limits) since the last step.
   void FinishEnded();
@@ -190,10 +193,9 @@ Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     impl_->stop = true;
   }
-  impl_->wake.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
@@ -211,7 +213,7 @@ EngineInfo Engine::info() const {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 
@@ -230,7 +232,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   live->callback = std::move(on_event);
   int64_t id;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     if (impl_->stop) return absl::UnavailableError("the engine is shutting down");
     if (impl_->open >= impl_->config.max_sessions) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -248,14 +250,13 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
     command.live = std::move(live);
     impl_->inbox.push_back(std::move(command));
   }
-  impl_->wake.notify_all();
   return std::shared_ptr<SessionHandle>(new SessionHandle(weak_from_this(), id));
 }
 
 void Engine::Post(int64_t id, CommandKind kind, std::vector<std::string> words,
                   absl::Status status) {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     if (impl_->stop) return;
     Impl::Command command;
     command.id = id;
@@ -264,7 +265,6 @@ void Engine::Post(int64_t id, CommandKind kind, std::vector<std::string> words,
     command.status = std::move(status);
     impl_->inbox.push_back(std::move(command));
   }
-  impl_->wake.notify_all();
 }
 
 void SessionHandle::Push(std::vector<std::string> words) {
@@ -319,7 +319,7 @@ void Engine::Impl::Finish(int64_t id, SessionEvent event) {
   live->session->Release(*allocator);
   counters.source_tokens += live->session->counters().source_tokens;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     --open;
   }
   Publish();  // the final event's reader sees the blocks freed
@@ -329,11 +329,13 @@ void Engine::Impl::Finish(int64_t id, SessionEvent event) {
 bool Engine::Impl::Drain() {
   std::deque<Command> commands;
   {
-    std::unique_lock<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
       return s.second->session->state() != session::StreamSession::State::kWaiting;
     });
-    if (idle) wake.wait(lock, [&] { return stop || !inbox.empty(); });
+    if (idle) {
+      mu.Await(absl::Condition(this, &Impl::HasCommandsOrStop));
+    }
     if (stop) return false;
     commands.swap(inbox);
   }
@@ -377,7 +379,7 @@ void Engine::Impl::Apply(Command& command) {
 }
 
 void Engine::Impl::Publish() {
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&mu);
   stats = counters;
   stats.sessions_running = stats.sessions_waiting = 0;
   for (const auto& [id, live] : sessions) {
@@ -532,7 +534,7 @@ void Engine::Impl::EndAll() {
   for (int64_t id : open_ids) {
     Finish(id, ErrorEvent(id, absl::UnavailableError("the engine shut down")));
   }
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&mu);
   for (Command& command : inbox) {
     if (command.kind == CommandKind::kOpen && command.live->callback) {
       command.live->callback(

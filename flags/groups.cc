@@ -95,13 +95,9 @@ void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling) {
   flags.Add("temperature", "T", "sampling temperature (0: greedy)", &sampling->temperature,
             {.min = 0});
   flags.Add("top_k", "K", "keep the k most likely tokens (0: all)", &sampling->top_k, {.min = 0});
-  flags.Add("top_p", "P", "nucleus sampling mass, in (0, 1]", &sampling->top_p,
+  flags.Add("top_p", "P", "nucleus sampling mass (0 or 1: all)", &sampling->top_p,
             {.min = 0, .max = 1});
   flags.Add("seed", "N", "sampling seed (default: one the server picks)", &sampling->seed);
-  flags.AddCheck([sampling] {
-    const absl::Status s = sampler::Validate(*sampling);
-    return s.ok() ? s : absl::InvalidArgumentError(absl::StrCat("--", s.message()));
-  });
 }
 
 }  // namespace gpeserve::flags

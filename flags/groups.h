@@ -58,7 +58,7 @@ void AddSplitFlag(FlagSet& flags, policy::SplitMode* split);
 void AddParadigmFlag(FlagSet& flags, session::Paradigm* paradigm);
 void AddCompatFlag(FlagSet& flags, policy::Compat* compat);
 
-// --temperature, --top_k, --top_p, --seed; checked with sampler::Validate.
+// --temperature, --top_k, --top_p, --seed (bounds only; the engine validates the whole at Open).
 void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling);
 
 }  // namespace gpeserve::flags

@@ -24,6 +24,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/convert.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -205,7 +206,7 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   if (!engine.ok()) return engine.status();
   parts.engine = *engine;
   parts.service = std::make_unique<Service>(parts.engine, parts.metrics.get(), service_config);
-  auto warm = parts.service->ToEngineConfig(v1::SessionConfig(), /*batch=*/false);
+  auto warm = ToEngineConfig(v1::SessionConfig(), service_config, /*batch=*/false);
   if (!warm.ok()) return warm.status();
   if (absl::Status s = WarmUp(*parts.engine, *warm); !s.ok()) {
     return absl::Status(s.code(), "warm-up failed: " + std::string(s.message()));

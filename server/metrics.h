@@ -1,23 +1,20 @@
 // Prometheus metrics of the server, in the style of vLLM's (prefix `gpeserve:`, label `model`).
 // Families are registered once at start-up and references kept; observing is thread-safe and
 // cheap (the engine loop thread observes per step and per event).
-//
-// /metrics is served by a small HTTP/1.0 loop of our own (one thread, one request per
-// connection) rather than prometheus-cpp's civetweb exposer: civetweb's worker threads have a
-// fixed small stack that cannot hold the static TLS of libtorch's dependencies, so it fails to
-// start in this process ("Cannot create first worker thread").
+// /metrics is served by MetricsHttpServer (metrics_http.h).
 //
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
+#include "server/metrics_http.h"
 
 namespace prometheus {
 class Counter;
@@ -59,16 +56,10 @@ class Metrics {
   void SetStatsSource(std::function<engine::EngineStats()> source);
 
  private:
-  void ServeLoop();
   // Engine statistics: gauges are set, counters advance by what is new since the last call.
-  // REQUIRES: stats_mu_ held.
-  void UpdateLocked(const engine::EngineStats& stats);
+  void UpdateLocked(const engine::EngineStats& stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread http_thread_;
   std::string model_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
@@ -86,10 +77,13 @@ class Metrics {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Family<prometheus::Counter>* call_errors_;
-  std::function<engine::EngineStats()> stats_source_;  // guarded by stats_mu_
   prometheus::Family<prometheus::Counter>* finished_;
-  engine::EngineStats last_;  // guarded by stats_mu_
-  std::mutex stats_mu_;
+  // One scrape at a time reads and counts the engine's statistics.
+  absl::Mutex stats_mu_;
+  std::function<engine::EngineStats()> stats_source_ ABSL_GUARDED_BY(stats_mu_);
+  engine::EngineStats last_ ABSL_GUARDED_BY(stats_mu_);
+  // Last: destroyed (its thread stopped) before the families its scrapes read.
+  std::unique_ptr<MetricsHttpServer> http_;
 };
 
 }  // namespace gpeserve::server

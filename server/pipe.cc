@@ -2,114 +2,110 @@
 
 #include <algorithm>
 
+#include "server/convert.h"
+
 namespace gpeserve::server {
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 void Pipe::SourceArrived(size_t units) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   arrivals_.insert(arrivals_.end(), units, Clock::now());
 }
 
 bool Pipe::OnEvent(const engine::SessionEvent& e) {
   const Clock::time_point now = Clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  if (end_ || ended_) return true;  // the call is ending; nothing more goes out
-  switch (e.kind) {
-    case engine::SessionEvent::Kind::kTokens: {
-      if (queue_.size() >= max_queued_) return false;
-      if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
-      if (e.word_complete) ObserveWord(now, e.units_read);
-      v1::StreamResponse response;
-      v1::TokenDelta* delta = response.mutable_delta();
-      delta->mutable_ids()->Add(e.ids.begin(), e.ids.end());
-      delta->set_text(e.text);
-      delta->set_word_complete(e.word_complete);
-      delta->set_source_units_read(e.units_read);
-      delta->set_server_time_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count());
-      delta->set_session_time_us(
-          std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count());
-      queue_.push_back(std::move(response));
-      break;
-    }
-    case engine::SessionEvent::Kind::kDone: {
-      if (metrics_ != nullptr) {
-        metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
-        metrics_->ObserveQueueTime(e.queue_seconds);
-        metrics_->SessionFinished(engine::FinishReasonName(e.reason));
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (end_ || ended_) return true;  // the call is ending; nothing more goes out
+    switch (e.kind) {
+      case engine::SessionEvent::Kind::kTokens:
+        if (queue_.size() >= max_queued_) return false;
+        if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
+        if (e.word_complete) ObserveWord(now, e.units_read);
+        queue_.push_back(ToDeltaResponse(
+            e,
+            std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count(),
+            std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count()));
+        break;
+      case engine::SessionEvent::Kind::kDone: {
+        if (metrics_ != nullptr) {
+          metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
+          metrics_->ObserveQueueTime(e.queue_seconds);
+          metrics_->SessionFinished(engine::FinishReasonName(e.reason));
+        }
+        // Words the pipe saw complete have their times; the rest (a final word completed by
+        // the end of the session) end now.
+        std::vector<double> delays_ms(e.delays.size(), MsSinceFirstArrival(now));
+        for (size_t i = 0; i < delays_ms.size() && i < word_ms_.size(); ++i) {
+          delays_ms[i] = word_ms_[i];
+        }
+        queue_.push_back(ToDoneResponse(e, delays_ms));
+        end_ = grpc::Status::OK;
+        break;
       }
-      v1::StreamResponse response;
-      v1::SessionDone* done = response.mutable_done();
-      done->set_text(e.full_text);
-      done->mutable_ids()->Add(e.output.begin(), e.output.end());
-      done->mutable_delays()->Add(e.delays.begin(), e.delays.end());
-      const double end_ms = MsSinceFirstArrival(now);
-      for (size_t i = 0; i < e.delays.size(); ++i) {
-        done->add_delays_ms(i < word_ms_.size() ? word_ms_[i] : end_ms);
-      }
-      done->set_source_units(e.source_units);
-      v1::SessionCounters* c = done->mutable_counters();
-      c->set_source_tokens(e.counters.source_tokens);
-      c->set_forward_tokens(e.counters.forward_tokens);
-      c->set_shared_tokens(e.counters.shared_tokens);
-      c->set_preemptions(e.counters.preemptions);
-      done->set_finish_reason(engine::FinishReasonName(e.reason));
-      done->set_source_units_unread(e.source_units_unread);
-      queue_.push_back(std::move(response));
-      end_ = grpc::Status::OK;
-      break;
+      case engine::SessionEvent::Kind::kError:
+        if (metrics_ != nullptr) metrics_->SessionFinished("error");
+        end_ = ToGrpc(e.status);
+        break;
     }
-    case engine::SessionEvent::Kind::kError:
-      if (metrics_ != nullptr) metrics_->SessionFinished("error");
-      end_ = ToGrpc(e.status);
-      break;
+    action = Next();
   }
-  Pump(lock);
+  Perform(action);
   return true;
 }
 
 void Pipe::Fail(const grpc::Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!end_) end_ = status;
-  Pump(lock);
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!end_) end_ = status;
+    action = Next();
+  }
+  Perform(action);
 }
 
 void Pipe::OnWriteDone(bool ok) {
-  std::unique_lock<std::mutex> lock(mu_);
-  writing_ = false;
-  if (!queue_.empty()) queue_.pop_front();
-  if (!ok) {  // the client is gone
-    queue_.clear();
-    if (!end_) end_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) {  // the client is gone
+      queue_.clear();
+      if (!end_) end_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    action = Next();
   }
-  Pump(lock);
+  Perform(action);
 }
 
 void Pipe::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sink_ = nullptr;
   ended_ = true;
 }
 
-void Pipe::Pump(std::unique_lock<std::mutex>& lock) {
-  if (sink_ == nullptr || writing_ || ended_) return;
-  Sink* sink = sink_;
+Pipe::Action Pipe::Next() {
+  if (sink_ == nullptr || writing_ || ended_) return {};
   if (!queue_.empty()) {
     writing_ = true;
-    const v1::StreamResponse& front = queue_.front();  // stays put until OnWriteDone pops it
-    lock.unlock();
-    sink->Write(front);
-    return;
+    return {.sink = sink_, .write = &queue_.front()};
   }
   if (end_) {
     ended_ = true;
-    const grpc::Status status = *end_;
-    lock.unlock();
-    sink->End(status);
+    return {.sink = sink_, .end = *end_};
+  }
+  return {};
+}
+
+void Pipe::Perform(const Action& action) {
+  if (action.sink == nullptr) return;
+  if (action.write != nullptr) {
+    action.sink->Write(*action.write);
+  } else if (action.end) {
+    action.sink->End(*action.end);
   }
 }
 

@@ -9,20 +9,18 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "gpeserve/v1/gpeserve.pb.h"
 #include "grpcpp/support/status.h"
 #include "server/metrics.h"
 
 namespace gpeserve::server {
-
-// Converts a Status to a gRPC status (same code and message).
-grpc::Status ToGrpc(const absl::Status& status);
 
 class Pipe {
  public:
@@ -39,7 +37,7 @@ class Pipe {
   // `metrics` may be null; a client more than `max_queued` responses behind gets its session
   // cancelled.
   Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
-      : sink_(sink), metrics_(metrics), max_queued_(max_queued) {}
+      : metrics_(metrics), max_queued_(max_queued), sink_(sink) {}
 
   // Source units arrived (the reactor's thread): their arrival times, for word lag.
   void SourceArrived(size_t units);
@@ -53,26 +51,34 @@ class Pipe {
   void Detach();
 
  private:
-  // Starts the next write, or finishes the call when everything is written. Called with mu_
-  // held; releases it before calling into gRPC (a reaction may run inline).
-  void Pump(std::unique_lock<std::mutex>& lock);
-  void ObserveTokens(Clock::time_point now, size_t count);
+  // What to do with the sink once mu_ is released (gRPC may run a reaction inline, which
+  // takes mu_ again).
+  struct Action {
+    Sink* sink = nullptr;
+    const v1::StreamResponse* write = nullptr;  // stays put until OnWriteDone pops it
+    std::optional<grpc::Status> end;
+  };
+  // The next write, or the end of the call once everything is written.
+  Action Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Perform(const Action& action);
+  void ObserveTokens(Clock::time_point now, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A target word ended with `units_read` source units read.
-  void ObserveWord(Clock::time_point now, int64_t units_read);
-  double MsSinceFirstArrival(Clock::time_point now) const;
+  void ObserveWord(Clock::time_point now, int64_t units_read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double MsSinceFirstArrival(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  Sink* sink_;  // guarded by mu_; null after Detach
   Metrics* const metrics_;
   const size_t max_queued_;
   const Clock::time_point opened_ = Clock::now();
-  std::deque<v1::StreamResponse> queue_;     // guarded by mu_; front is being written if writing_
-  bool writing_ = false;                     // guarded by mu_
-  std::optional<grpc::Status> end_;          // guarded by mu_: finish with this once drained
-  bool ended_ = false;                       // guarded by mu_: Finish was called (or detached)
-  std::vector<Clock::time_point> arrivals_;  // guarded by mu_: per source unit
-  std::vector<double> word_ms_;              // guarded by mu_: per target word
-  std::optional<Clock::time_point> last_token_;  // guarded by mu_
+  absl::Mutex mu_;
+  Sink* sink_ ABSL_GUARDED_BY(mu_);  // null after Detach
+  // Front is being written if writing_.
+  std::deque<v1::StreamResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // finish with this once drained
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called (or detached)
+  std::vector<Clock::time_point> arrivals_ ABSL_GUARDED_BY(mu_);  // per source unit
+  std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);              // per target word
+  std::optional<Clock::time_point> last_token_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpeserve::server

@@ -3,10 +3,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "engine/eval/words.h"
 #include "engine/tokenizer/unicode.h"
+#include "server/convert.h"
 #include "server/pipe.h"
 
 namespace gpeserve::server {
@@ -33,9 +36,9 @@ absl::StatusOr<std::string> TakeWholeCharacters(std::string_view text, std::stri
 // ---- Calls and sessions -------------------------------------------------------------------------
 
 struct Service::CallRegistry {
-  std::mutex mu;
-  int64_t calls = 0;                                                   // guarded by mu
-  std::map<const void*, std::shared_ptr<engine::SessionHandle>> open;  // guarded by mu
+  absl::Mutex mu;
+  int64_t calls ABSL_GUARDED_BY(mu) = 0;
+  std::map<const void*, std::shared_ptr<engine::SessionHandle>> open ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -84,22 +87,22 @@ class CallScope {
  public:
   explicit CallScope(std::shared_ptr<Service::CallRegistry> registry)
       : registry_(std::move(registry)) {
-    std::lock_guard<std::mutex> lock(registry_->mu);
+    absl::MutexLock lock(&registry_->mu);
     ++registry_->calls;
   }
   ~CallScope() {
-    std::lock_guard<std::mutex> lock(registry_->mu);
+    absl::MutexLock lock(&registry_->mu);
     --registry_->calls;
     registry_->open.erase(this);
   }
   void SetSession(std::shared_ptr<engine::SessionHandle> handle) {
-    std::lock_guard<std::mutex> lock(registry_->mu);
+    absl::MutexLock lock(&registry_->mu);
     registry_->open[this] = std::move(handle);
   }
   void Cancel() {
     std::shared_ptr<engine::SessionHandle> handle;
     {
-      std::lock_guard<std::mutex> lock(registry_->mu);
+      absl::MutexLock lock(&registry_->mu);
       auto it = registry_->open.find(this);
       if (it != registry_->open.end()) handle = it->second;
     }
@@ -186,7 +189,7 @@ class StreamReactor final
         if (handle_) {
           return {grpc::StatusCode::INVALID_ARGUMENT, "a second SessionConfig in one stream"};
         }
-        auto engine_config = service_.ToEngineConfig(request.config(), /*batch=*/false);
+        auto engine_config = ToEngineConfig(request.config(), service_.config(), /*batch=*/false);
         if (!engine_config.ok()) return ToGrpc(engine_config.status());
         auto handle = OpenSession(service_, *engine_config, pipe_);
         if (!handle.ok()) return ToGrpc(handle.status());
@@ -304,7 +307,7 @@ class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<Strea
         return ToGrpc(s);
       }
     }
-    auto config = service.ToEngineConfig(request.config(), /*batch=*/true);
+    auto config = ToEngineConfig(request.config(), service.config(), /*batch=*/true);
     if (!config.ok()) return ToGrpc(config.status());
     auto handle = OpenSession(service, *config, pipe_);
     if (!handle.ok()) return ToGrpc(handle.status());
@@ -367,14 +370,14 @@ void Service::StopAccepting() { accepting_ = false; }
 void Service::AbortAll(const absl::Status& status) {
   std::vector<std::shared_ptr<engine::SessionHandle>> handles;
   {
-    std::lock_guard<std::mutex> lock(registry_->mu);
+    absl::MutexLock lock(&registry_->mu);
     for (const auto& [call, handle] : registry_->open) handles.push_back(handle);
   }
   for (const auto& handle : handles) handle->Abort(status);
 }
 
 int64_t Service::active_calls() const {
-  std::lock_guard<std::mutex> lock(registry_->mu);
+  absl::MutexLock lock(&registry_->mu);
   return registry_->calls;
 }
 
@@ -389,122 +392,6 @@ grpc::Status Service::Authenticate(const grpc::CallbackServerContext& context) c
             "(gpe-client --auth_token_file FILE)"};
   }
   return grpc::Status::OK;
-}
-
-absl::StatusOr<engine::SessionConfig> Service::ToEngineConfig(const v1::SessionConfig& config,
-                                                              bool batch) const {
-  engine::SessionConfig out;
-  session::SessionOptions& options = out.options;
-  if (config.has_prompt()) {
-    const v1::Prompt& p = config.prompt();
-    if (p.assistant().empty() || p.end().empty()) {
-      return absl::InvalidArgumentError(
-          "prompt.assistant and prompt.end must not be empty (they mark the target's start and "
-          "the source's end)");
-    }
-    options.profile.name = "custom";
-    options.profile.instruct = p.instruct();
-    options.profile.user = p.user();
-    options.profile.assistant = p.assistant();
-    options.profile.end = p.end();
-    options.profile.add_space = p.add_space();
-  } else {
-    const std::string name = config.profile().empty() ? config_.default_profile : config.profile();
-    auto it = config_.profiles.find(name);
-    if (it == config_.profiles.end()) {
-      std::vector<std::string> names;
-      for (const auto& [known, profile] : config_.profiles) names.push_back(known);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown profile '", name, "'; this server has: ", absl::StrJoin(names, ", ")));
-    }
-    options.profile = it->second;
-  }
-  int64_t prompt_bytes = static_cast<int64_t>(config.instruction().size());
-  if (config.has_prompt()) {
-    const v1::Prompt& p = config.prompt();
-    prompt_bytes += static_cast<int64_t>(p.instruct().size() + p.user().size() +
-                                         p.assistant().size() + p.end().size());
-  }
-  if (prompt_bytes > config_.max_instruction_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the instruction", config.has_prompt() ? " and prompt strings have " : " has ",
-                     prompt_bytes, " bytes; this server allows at most ",
-                     config_.max_instruction_bytes, " (gpeserve --max_instruction_bytes)"));
-  }
-  if (config.has_instruction()) options.profile.instruction = config.instruction();
-  if (config.has_phi()) options.profile.phi = config.phi();
-
-  const int wait_k = config.wait_k() == 0 ? config_.default_wait_k : config.wait_k();
-  if (config.wait_k() > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("wait_k is ", config.wait_k(), "; it must be between 1 and 1000"));
-  }
-  options.policy.wait_k = wait_k;
-  switch (config.split()) {
-    case v1::SessionConfig::SPLIT_UNSPECIFIED:
-    case v1::SessionConfig::SPLIT_WORD:
-      options.policy.split = policy::SplitMode::kWord;
-      break;
-    case v1::SessionConfig::SPLIT_TOKEN:
-      options.policy.split = policy::SplitMode::kToken;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown split ", static_cast<int>(config.split())));
-  }
-  switch (config.paradigm()) {
-    case v1::SessionConfig::PARADIGM_UNSPECIFIED:
-    case v1::SessionConfig::PARADIGM_GPE:
-      options.paradigm = session::Paradigm::kGpe;
-      break;
-    case v1::SessionConfig::PARADIGM_REENCODE:
-      options.paradigm = session::Paradigm::kReencode;
-      break;
-    case v1::SessionConfig::PARADIGM_INTERLEAVED:
-      options.paradigm = session::Paradigm::kInterleaved;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown paradigm ", static_cast<int>(config.paradigm())));
-  }
-  if (batch) options.paradigm = session::Paradigm::kBatch;
-  switch (config.compat()) {
-    case v1::SessionConfig::COMPAT_UNSPECIFIED:
-    case v1::SessionConfig::COMPAT_NONE:
-      options.policy.compat = policy::Compat::kNone;
-      break;
-    case v1::SessionConfig::COMPAT_REFERENCE:  // gpe sessions only: the session checks
-      options.policy.compat = policy::Compat::kReference;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown compat ", static_cast<int>(config.compat())));
-  }
-  const uint32_t max_new =
-      config.max_new_tokens() == 0 ? config_.default_max_new_tokens : config.max_new_tokens();
-  if (max_new > static_cast<uint32_t>(config_.max_new_tokens_limit)) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens is ", max_new,
-                                                   "; this server allows at most ",
-                                                   config_.max_new_tokens_limit));
-  }
-  options.policy.max_new_tokens = static_cast<int>(max_new);
-  if (config.max_write_tokens() > 0) {
-    if (config.max_write_tokens() > max_new) {
-      return absl::InvalidArgumentError("max_write_tokens must not exceed max_new_tokens");
-    }
-    options.policy.max_write_tokens = static_cast<int>(config.max_write_tokens());
-  }
-  options.max_source_tokens = config_.max_source_tokens;
-
-  const v1::Sampling& s = config.sampling();
-  out.sampling.temperature = s.temperature();
-  out.sampling.top_k = s.top_k();
-  out.sampling.top_p = s.top_p() == 0 ? 1.0 : s.top_p();
-  if (s.has_seed()) out.sampling.seed = s.seed();
-  if (absl::Status status = sampler::Validate(out.sampling); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling: ", status.message()));
-  }
-  return out;
 }
 
 }  // namespace gpeserve::server

@@ -11,32 +11,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/policy/profile.h"
 #include "gpeserve/v1/gpeserve.grpc.pb.h"
 #include "server/metrics.h"
+#include "server/service_config.h"
 
 namespace gpeserve::server {
-
-struct ServiceConfig {
-  std::string model_name;                           // ListModels' name and the metrics' model label
-  std::string default_profile;                      // a key of `profiles`
-  std::map<std::string, policy::Profile> profiles;  // what sessions may ask for by name
-  int default_wait_k = 3;
-  int default_max_new_tokens = 256;
-  int max_new_tokens_limit = 2048;      // a session's max_new_tokens at most
-  int64_t max_source_tokens = 8192;     // tokens of the prompt and source words per session
-  int max_instruction_bytes = 8192;     // bytes of a session's instruction and prompt strings
-  int64_t max_message_bytes = 4 << 20;  // bytes of one request message
-  int max_chunk_words = 1000;           // words in one SourceChunk
-  int max_word_bytes = 1024;            // bytes in one word
-  int max_queued_events = 1024;         // per session; beyond: RESOURCE_EXHAUSTED
-  std::string auth_token;               // non-empty: "authorization: Bearer <token>" required
-};
 
 class Service final : public gpeserve::v1::Gpeserve::CallbackService {
  public:
@@ -59,10 +42,6 @@ class Service final : public gpeserve::v1::Gpeserve::CallbackService {
   // Calls whose reactor has not finished yet.
   int64_t active_calls() const;
 
-  // Turns a SessionConfig into engine session options, or INVALID_ARGUMENT naming the field.
-  // `batch`: Generate (the paradigm is batch whatever the config says).
-  absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& config,
-                                                       bool batch) const;
   // UNAUTHENTICATED unless the call carries the token (when one is configured).
   grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
 

@@ -221,7 +221,8 @@ TEST(FlagGroupsTest, GroupChecksRefuseWhatTheEngineWould) {
     FlagSet flags("prog", "prog", "");
     sampler::SamplingParams sampling;
     AddSamplingFlags(flags, &sampling);
-    EXPECT_FALSE(ParseArgs(flags, {"--top_p", "0"}).ok());
+    EXPECT_EQ(ParseArgs(flags, {"--top_p", "1.5"}).message(),
+              "--top_p takes a number in [0, 1] (got '1.5')");
   }
   {
     FlagSet flags("prog", "prog", "");

@@ -16,6 +16,7 @@
 #include "engine/session/runner.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/convert.h"
 #include "server/service.h"
 #include "tests/engine/test_models.h"
 
@@ -61,7 +62,7 @@ class ServerTest : public ::testing::Test {
   // What the session produces alone, offline (greedy).
   session::SessionResult Alone(const v1::SessionConfig& config,
                                const std::vector<std::string>& words, bool batch = false) {
-    auto engine_config = service_->ToEngineConfig(config, batch);
+    auto engine_config = ToEngineConfig(config, service_->config(), batch);
     EXPECT_TRUE(engine_config.ok()) << engine_config.status();
     const model::ModelConfig& c = model_->config();
     kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
