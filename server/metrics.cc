@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"

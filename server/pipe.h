@@ -74,8 +74,8 @@ class Pipe {
   // Front is being written if writing_.
   std::deque<v1::StreamResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // finish with this once drained
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called (or detached)
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);          // finish with this once drained
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;                       // Finish was called (or detached)
   std::vector<Clock::time_point> arrivals_ ABSL_GUARDED_BY(mu_);  // per source unit
   std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);              // per target word
   std::optional<Clock::time_point> last_token_ ABSL_GUARDED_BY(mu_);

@@ -5,8 +5,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/eval/words.h"
 #include "engine/tokenizer/unicode.h"
 #include "server/convert.h"

@@ -268,8 +268,9 @@ TEST(PipeTest, RandomInterleavingsKeepOrderAndEndOnce) {
     const int n = static_cast<int>(rng() % 12);
     for (int i = 0; i < n; ++i) {
       std::vector<int32_t> ids = {1000 + i};  // distinct first ids tell the deltas apart
-      for (int k = static_cast<int>(rng() % 3); k > 0; --k)
+      for (int k = static_cast<int>(rng() % 3); k > 0; --k) {
         ids.push_back(static_cast<int>(rng() % 50));
+      }
       std::string text = "w";
       text += std::to_string(i);
       tokens.push_back(Tokens(ids, text, rng() % 2 == 0, i + 1));

@@ -1,5 +1,6 @@
 #include "engine/tokenizer/normalizer.h"
 
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -22,7 +23,7 @@ std::unique_ptr<Normalizer> MustBuild(const json& j) {
 }
 
 struct Group {
-  std::string json;                                        // the "normalizer" object
+  std::string normalizer;                                  // the "normalizer" object, as JSON text
   std::vector<std::pair<std::string, std::string>> cases;  // input, expected output
 };
 
@@ -109,13 +110,25 @@ TEST(NormalizerTest, EveryTypeMatchesHuggingFace) {
       {R"({"type": "Sequence", "normalizers": []})", {{"Abc ", "Abc "}}},
   };
   for (const Group& g : groups) {
-    SCOPED_TRACE(g.json);
-    const auto n = MustBuild(json::parse(g.json));
+    SCOPED_TRACE(g.normalizer);
+    const auto n = MustBuild(json::parse(g.normalizer));
     ASSERT_NE(n, nullptr);
     for (const auto& [input, expected] : g.cases) {
       EXPECT_EQ(n->Normalize(input), expected) << "input '" << input << "'";
     }
   }
+}
+
+// Known divergence, disabled until fixed: Lowercase lower-cases with ICU's full, context-aware
+// mapping (engine/tokenizer/unicode.cc, ToLower), which turns a word-final capital sigma into
+// final sigma (U+03C2); Hugging Face lower-cases character by character (Rust's
+// char::to_lowercase), so every capital sigma becomes U+03C3. Expected values are Hugging
+// Face's (0.23.3).
+TEST(NormalizerTest, DISABLED_LowercaseMapsEachCharacterAloneAsHuggingFace) {
+  const auto n = MustBuild({{"type", "Lowercase"}});
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->Normalize("\u03a3\u0391\u03a3 \u039f\u0394\u039f\u03a3"),
+            "\u03c3\u03b1\u03c3 \u03bf\u03b4\u03bf\u03c3");
 }
 
 TEST(NormalizerTest, Llama2NormalizerMarksEverySpace) {
@@ -180,7 +193,7 @@ TEST(NormalizerTest, UnicodeFormsAreIdempotent) {
 }
 
 struct ErrorCase {
-  std::string json;
+  std::string normalizer;  // JSON text
   absl::StatusCode code;
   std::string message;
 };
@@ -220,10 +233,10 @@ TEST(NormalizerTest, BadJsonNamesThePathAndTheProblem) {
        "t.json: /normalizer/content: expected a string"},
   };
   for (const ErrorCase& c : cases) {
-    const auto n = NormalizerFromJson(json::parse(c.json), kAt);
-    ASSERT_FALSE(n.ok()) << c.json;
-    EXPECT_EQ(n.status().code(), c.code) << c.json;
-    EXPECT_EQ(n.status().message(), c.message) << c.json;
+    const auto n = NormalizerFromJson(json::parse(c.normalizer), kAt);
+    ASSERT_FALSE(n.ok()) << c.normalizer;
+    EXPECT_EQ(n.status().code(), c.code) << c.normalizer;
+    EXPECT_EQ(n.status().message(), c.message) << c.normalizer;
   }
 }
 

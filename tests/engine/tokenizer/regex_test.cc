@@ -1,5 +1,6 @@
 #include "engine/tokenizer/regex.h"
 
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>

@@ -1,0 +1,130 @@
+// The engine's insides, shared by engine.cc (the thread-safe API and the loop's bookkeeping:
+// commands, finishing sessions, the statistics' snapshot; plain C++, so that clang's
+// thread-safety analysis checks every use of the engine's mutex) and engine_loop.cc (the step:
+// plan, forward pass, sampling; libtorch). Internal to the engine library.
+//
+// Thread-safety: members under `mu` as annotated; the rest belongs to the loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+#include "engine/kv/block_allocator.h"
+#include "engine/scheduler/long_read_pacer.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+
+namespace gpeserve::kv {
+class KvPool;
+}
+
+namespace gpeserve::engine {
+
+// A session as the loop thread sees it.
+struct Live {
+  int64_t id = 0;
+  std::unique_ptr<session::StreamSession> session;
+  std::unique_ptr<sampler::Sampler> sampler;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
+  EventCallback callback;
+  bool admitted = false;
+  std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_run;
+  int64_t order = 0;         // arrival order; admission order once admitted
+  int64_t last_served = -1;  // step
+};
+
+// The pieces of one forward step and the sessions they belong to, in the same order.
+struct Batch {
+  std::vector<session::Work> works;
+  std::vector<Live*> lives;
+  std::vector<int64_t> ids;  // lives' ids (a delivery may end a session and free its Live)
+};
+
+// The event that ends session `id` with an error.
+SessionEvent ErrorEvent(int64_t id, absl::Status status);
+
+FinishReason FinishReasonOf(policy::DoneReason reason);
+
+enum class Engine::CommandKind { kOpen, kPush, kEnd, kCancel, kAbort };
+
+struct Engine::Impl {
+  struct Command {
+    int64_t id = 0;
+    CommandKind kind = CommandKind::kPush;
+    std::vector<std::string> words;
+    std::unique_ptr<Live> live;  // kOpen
+    absl::Status status;         // kAbort
+  };
+
+  ~Impl();  // engine_loop.cc (the pool's tensors)
+
+  EngineConfig config;
+  // What Open needs of the model (so that the API side needs no libtorch).
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::vector<int64_t> eos_ids;
+  int64_t max_positions = 0;
+  std::unique_ptr<kv::BlockAllocator> allocator;
+  std::unique_ptr<kv::KvPool> pool;
+  std::thread thread;
+
+  // The loop waits on `mu` for commands (Mutex::Await: no condition variable to notify).
+  mutable absl::Mutex mu;
+  std::deque<Command> inbox ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  int64_t open ABSL_GUARDED_BY(mu) = 0;  // sessions opened and not yet finished
+  int64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  EngineStats stats ABSL_GUARDED_BY(mu);  // a snapshot after each step
+
+  // ---- Loop thread only ----
+  std::unique_ptr<scheduler::LongReadPacer> pacer;
+  std::map<int64_t, std::unique_ptr<Live>> sessions;
+  int64_t step = 0;
+  int64_t orders = 0;
+  EngineStats counters;
+
+  // ---- engine_loop.cc: the step ----
+  // One step after another until Shutdown: Drain, FinishEnded, Candidates, the scheduler's
+  // plan, Evict, Prepare, Run; then EndAll.
+  void Loop(const model::Model& model);
+  // The sessions with work, and the admitted ones (possible preemption victims).
+  std::vector<scheduler::Candidate> Candidates() const;
+  // Ends the plan's sessions that can never fit; preempts its victims.
+  void Evict(const scheduler::Plan& plan);
+  // The plan's pieces as work (a piece whose blocks ran short after all waits a step).
+  Batch Prepare(const scheduler::Plan& plan);
+  // The forward step, sampling and token events; false when the forward failed (its sessions
+  // then end with its error).
+  bool Run(const model::Model& model, Batch& batch);
+
+  // ---- engine.cc: commands, finishing sessions, the statistics' snapshot ----
+  // Waits while every session waits for source; applies queued commands; false when the
+  // engine stops.
+  bool Drain();
+  bool HasCommandsOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return stop || !inbox.empty();
+  }
+  void Apply(Command& command);
+  // Ends the sessions whose policy is done (end of sequence, limits) since the last step.
+  void FinishEnded();
+  // Shutting down: every open session and every queued Open gets an UNAVAILABLE event.
+  void EndAll();
+  // Delivers an event; a consumer that cannot take it gets the session cancelled.
+  void Deliver(Live& live, const SessionEvent& event);
+  // Ends a session with its final event and frees its blocks.
+  void Finish(int64_t id, SessionEvent event);
+  SessionEvent DoneEvent(const Live& live, FinishReason reason) const;
+  void Publish();
+};
+
+}  // namespace gpeserve::engine
