@@ -28,7 +28,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "client/client.h"
-#include "engine/eval/bleu.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
 #include "engine/eval/report.h"

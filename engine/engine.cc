@@ -30,15 +30,15 @@ FinishReason FinishReasonOf(policy::DoneReason reason) {
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kEndOfSequence:
-      return "end_of_sequence";
+      return policy::DoneReasonName(policy::DoneReason::kEndOfSequence);
     case FinishReason::kMaxNewTokens:
-      return "max_new_tokens";
+      return policy::DoneReasonName(policy::DoneReason::kMaxNewTokens);
     case FinishReason::kMaxLag:
-      return "max_lag";
+      return policy::DoneReasonName(policy::DoneReason::kMaxLag);
     case FinishReason::kCancelled:
       return "cancelled";
   }
-  return "end_of_sequence";
+  return "cancelled";
 }
 
 Engine::~Engine() { Shutdown(); }
@@ -212,8 +212,9 @@ void Engine::Impl::Apply(Command& command) {
                                                            "read)"))));
       break;
     case CommandKind::kCancel:
-    case CommandKind::kOpen:
       Finish(live.id, DoneEvent(live, FinishReason::kCancelled));
+      break;
+    case CommandKind::kOpen:  // handled above
       break;
   }
 }
@@ -245,14 +246,18 @@ void Engine::Impl::EndAll() {
   for (int64_t id : open_ids) {
     Finish(id, ErrorEvent(id, absl::UnavailableError("the engine shut down")));
   }
-  absl::MutexLock lock(&mu);
-  for (Command& command : inbox) {
+  std::deque<Command> queued;
+  {
+    absl::MutexLock lock(&mu);
+    queued.swap(inbox);
+  }
+  // Callbacks run without the lock: a consumer may call the engine back.
+  for (Command& command : queued) {
     if (command.kind == CommandKind::kOpen && command.live->callback) {
       command.live->callback(
           ErrorEvent(command.id, absl::UnavailableError("the engine shut down")));
     }
   }
-  inbox.clear();
 }
 
 }  // namespace gpeserve::engine

@@ -49,6 +49,23 @@ absl::Status ParseReal(std::string_view text, const Bounds& bounds, double* out)
   return absl::OkStatus();
 }
 
+// An optional field's default as --help shows it (none when unset).
+template <typename T>
+std::string Shown(const std::optional<T>& field) {
+  return field ? absl::StrCat(*field) : "";
+}
+
+// Parses into a T with `parse` and sets the optional field only when that succeeds.
+template <typename T, typename Parse>
+std::function<absl::Status(std::string_view)> SetOptional(std::optional<T>* field, Parse parse) {
+  return [field, parse](std::string_view text) {
+    T value{};
+    absl::Status s = parse(text, &value);
+    if (s.ok()) *field = value;
+    return s;
+  };
+}
+
 }  // namespace
 
 FlagSet::FlagSet(std::string program, std::string usage, std::string description)
@@ -91,12 +108,7 @@ void FlagSet::Add(std::string name, std::string value_name, std::string help, in
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help, uint64_t* field) {
   AddParsed(std::move(name), std::move(value_name), std::move(help), absl::StrCat(*field),
-            [field](std::string_view text) {
-              if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), field)) {
-                return absl::InvalidArgumentError("takes a whole number >= 0");
-              }
-              return absl::OkStatus();
-            });
+            [field](std::string_view text) { return ParseWhole(text, {.min = 0}, field); });
 }
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help, double* field,
@@ -116,48 +128,34 @@ void FlagSet::Add(std::string name, std::string value_name, std::string help,
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help,
                   std::optional<int>* field, Bounds bounds) {
-  AddParsed(std::move(name), std::move(value_name), std::move(help),
-            *field ? absl::StrCat(**field) : "", [field, bounds](std::string_view text) {
-              int value = 0;
-              absl::Status s = ParseWhole(text, bounds, &value);
-              if (s.ok()) *field = value;
-              return s;
-            });
+  AddParsed(std::move(name), std::move(value_name), std::move(help), Shown(*field),
+            SetOptional(field, [bounds](std::string_view text, int* value) {
+              return ParseWhole(text, bounds, value);
+            }));
 }
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help,
                   std::optional<int64_t>* field, Bounds bounds) {
-  AddParsed(std::move(name), std::move(value_name), std::move(help),
-            *field ? absl::StrCat(**field) : "", [field, bounds](std::string_view text) {
-              int64_t value = 0;
-              absl::Status s = ParseWhole(text, bounds, &value);
-              if (s.ok()) *field = value;
-              return s;
-            });
+  AddParsed(std::move(name), std::move(value_name), std::move(help), Shown(*field),
+            SetOptional(field, [bounds](std::string_view text, int64_t* value) {
+              return ParseWhole(text, bounds, value);
+            }));
 }
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help,
                   std::optional<uint64_t>* field) {
-  AddParsed(std::move(name), std::move(value_name), std::move(help),
-            *field ? absl::StrCat(**field) : "", [field](std::string_view text) {
-              uint64_t value = 0;
-              if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &value)) {
-                return absl::InvalidArgumentError("takes a whole number >= 0");
-              }
-              *field = value;
-              return absl::OkStatus();
-            });
+  AddParsed(std::move(name), std::move(value_name), std::move(help), Shown(*field),
+            SetOptional(field, [](std::string_view text, uint64_t* value) {
+              return ParseWhole(text, {.min = 0}, value);
+            }));
 }
 
 void FlagSet::Add(std::string name, std::string value_name, std::string help,
                   std::optional<double>* field, Bounds bounds) {
-  AddParsed(std::move(name), std::move(value_name), std::move(help),
-            *field ? absl::StrCat(**field) : "", [field, bounds](std::string_view text) {
-              double value = 0;
-              absl::Status s = ParseReal(text, bounds, &value);
-              if (s.ok()) *field = value;
-              return s;
-            });
+  AddParsed(std::move(name), std::move(value_name), std::move(help), Shown(*field),
+            SetOptional(field, [bounds](std::string_view text, double* value) {
+              return ParseReal(text, bounds, value);
+            }));
 }
 
 void FlagSet::Add(std::string name, std::string help, bool* field) {

@@ -5,7 +5,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/eval/words.h"
 #include "engine/tokenizer/unicode.h"

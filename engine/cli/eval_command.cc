@@ -163,7 +163,7 @@ int EvalCommand(int argc, char** argv, int first) {
   flags.Add("data", "FILE", "data set: JSON array of objects", &data_path);
   flags.Add("source_key", "KEY", "source field", &source_key);
   flags.Add("target_key", "KEY", "reference field", &target_key);
-  flags.Add("limit", "N", "evaluate the first N items only", &limit, {.min = 0});
+  flags.Add("limit", "N", "evaluate the first N items only (negative: all)", &limit);
   flags.Add("out", "FILE", "write one JSON line per sentence", &out_path);
   flags.Add("concurrency", "N",
             "sessions in flight on the engine (1: one at a time, without the engine)", &concurrency,
@@ -194,7 +194,7 @@ int EvalCommand(int argc, char** argv, int first) {
 
   auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));
-  const size_t count = limit ? std::min<size_t>(*limit, data->size()) : data->size();
+  const size_t count = limit && *limit >= 0 ? std::min<size_t>(*limit, data->size()) : data->size();
 
   auto model = model_flags.dir ? model::Model::Load(*model_flags.dir, model_flags.options)
                                : model::LoadDefaultModel(model_flags.options);

@@ -72,12 +72,7 @@ int MakeModelCommand(int argc, char** argv, int first) {
   flags.Add("preset", "NAME", "layer shapes", &o.preset);
   flags.Add("tokenizer", "DIR", "folder with tokenizer.json to copy (fixes the vocabulary)",
             &o.tokenizer_dir);
-  flags.AddParsed("seed", "N", "random seed", absl::StrCat(o.seed), [&o](std::string_view text) {
-    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &o.seed)) {
-      return absl::InvalidArgumentError("takes a whole number >= 0");
-    }
-    return absl::OkStatus();
-  });
+  flags.Add("seed", "N", "random seed", &o.seed);
   flags.AddChoice(
       "dtype", "stored dtype of the weights", &o.dtype,
       {{"fp32", model::DType::kF32}, {"bf16", model::DType::kBF16}, {"fp16", model::DType::kF16}});

@@ -35,9 +35,8 @@ void Report::Add(const SentenceResult& result) {
   const double y = static_cast<double>(SplitWords(result.output).size());
   al_ += AverageLagging(delays, result.source_units, y);
   laal_ += LengthAdaptiveAverageLagging(delays, result.source_units, y);
-  if (result.delays_ms) {
-    timed_ = true;
-    al_ms_ += ComputationAwareLagging(*result.delays_ms, result.source_units, y, unit_ms_);
+  if (unit_ms_ && result.delays_ms) {
+    al_ms_ += ComputationAwareLagging(*result.delays_ms, result.source_units, y, *unit_ms_);
   }
   source_tokens_ += result.source_tokens;
   target_tokens_ += static_cast<int64_t>(result.output_ids.size());
@@ -49,7 +48,7 @@ void Report::Add(const SentenceResult& result) {
 BleuScore Report::Bleu() const { return CorpusBleu(hyps_, refs_); }
 
 std::optional<double> Report::MeanComputationAwareAl() const {
-  if (!timed_) return std::nullopt;
+  if (!unit_ms_) return std::nullopt;
   return al_ms_ / Count();
 }
 

@@ -56,8 +56,9 @@ struct SummaryOptions {
 
 class Report {
  public:
-  // `unit_ms`: the source pace of live runs, for the computation-aware AL.
-  explicit Report(double unit_ms = 0) : unit_ms_(unit_ms) {}
+  // `unit_ms`: live runs, the source pace for the computation-aware AL (0: all source at
+  // once); unset: offline, no computation-aware AL.
+  explicit Report(std::optional<double> unit_ms = std::nullopt) : unit_ms_(unit_ms) {}
 
   void Add(const SentenceResult& result);
 
@@ -65,7 +66,7 @@ class Report {
   BleuScore Bleu() const;
   double MeanAl() const { return al_ / Count(); }
   double MeanLaal() const { return laal_ / Count(); }
-  // Mean over the sentences with delays_ms; nullopt when none had them.
+  // Live runs: the mean over all sentences (those without delays_ms count 0); offline: nullopt.
   std::optional<double> MeanComputationAwareAl() const;
 
   // BLEU and its signature, AL and LAAL, the computation-aware AL (when measured), tokens per
@@ -75,10 +76,9 @@ class Report {
  private:
   double Count() const { return std::max<double>(1, static_cast<double>(hyps_.size())); }
 
-  double unit_ms_;
+  std::optional<double> unit_ms_;
   std::vector<std::string> hyps_, refs_;
   double al_ = 0, laal_ = 0, al_ms_ = 0;
-  bool timed_ = false;
   int64_t source_tokens_ = 0, target_tokens_ = 0, forward_tokens_ = 0;
 };
 

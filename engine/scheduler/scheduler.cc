@@ -32,7 +32,6 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
   std::set<int64_t> planned, preempted;
   int64_t budget = config.max_batch_tokens;
   int64_t free = kv.free_blocks;
-  int64_t released = 0;  // blocks of the victims so far
   for (const Candidate* c : order) {
     if (static_cast<int>(plan.pieces.size()) >= config.max_sessions_per_step) break;
     if (!c->runnable || preempted.contains(c->id)) continue;
@@ -68,10 +67,12 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
         }
         if (victim == nullptr) break;
         preempted.insert(victim->id);
-        const bool alone = kv.total_blocks > 0 &&
-                           victim->blocks_held + kv.free_blocks + released >= kv.total_blocks;
+        // Alone in the cache: every block in use is its own. Blocks that earlier victims of this
+        // step free count from the next step only: they may be shared prefix blocks that stay
+        // held, so counting them here could end a session that fits.
+        const bool alone =
+            kv.total_blocks > 0 && victim->blocks_held + kv.free_blocks >= kv.total_blocks;
         (alone ? plan.never_fit : plan.preempted).push_back(victim->id);
-        released += victim->blocks_held;
         if (victim == c) break;
         free += victim->blocks_held;
       }

@@ -22,8 +22,8 @@
 //   4. Blocks: a running session whose piece needs blocks that are not free preempts by
 //      recompute the most recently admitted running session not planned in this step (itself,
 //      when it is that one): the victim's blocks are freed and it waits for re-admission. A
-//      victim that holds every block in use (its blocks and the free ones are the whole
-//      cache) can never fit: it is listed to be ended instead.
+//      victim that holds every block in use (its blocks and the blocks free at the start of the
+//      step are the whole cache) can never fit: it is listed to be ended instead.
 //
 // Thread-safety: pure function.
 #pragma once

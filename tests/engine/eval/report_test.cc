@@ -50,6 +50,8 @@ TEST(ReportTest, ComputationAwareLaggingByHand) {
   timed.delays_ms = std::vector<double>{150, 300, 420};
   live.Add(timed);
   live.Add(Sentence("vier", {2}, 4));  // no timing: counts as 0 in the mean, as before
+  EXPECT_TRUE(Report(0).MeanComputationAwareAl().has_value());  // live, even with no sentence
+  EXPECT_FALSE(Report().MeanComputationAwareAl().has_value());  // offline
   ASSERT_TRUE(live.MeanComputationAwareAl().has_value());
   EXPECT_NEAR(*live.MeanComputationAwareAl(), 470.0 / 6, 1e-9);
 }

@@ -259,12 +259,16 @@ TEST(SchedulerTest, ASessionAloneInTheCacheAndStillShortNeverFits) {
   plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16, .total_blocks = 9});
   EXPECT_TRUE(plan.never_fit.empty());
   EXPECT_EQ(plan.preempted, std::vector<int64_t>{1});
-  // A victim preempted first frees its blocks: the next victim is then alone.
+  // Blocks an earlier victim of the step frees count from the next step only (they may be
+  // shared prefix blocks that stay held): both are preempted now.
   Candidate other = Write(2, 5);
   other.runnable = false;
   other.blocks_held = 1;
   plan = Schedule({}, {big, other}, {.free_blocks = 2, .block_size = 16, .total_blocks = 9});
-  EXPECT_EQ(plan.preempted, std::vector<int64_t>{2});
+  EXPECT_EQ(plan.preempted, (std::vector<int64_t>{2, 1}));
+  EXPECT_TRUE(plan.never_fit.empty());
+  // The next step, with the other's block free: alone.
+  plan = Schedule({}, {big}, {.free_blocks = 3, .block_size = 16, .total_blocks = 9});
   EXPECT_EQ(plan.never_fit, std::vector<int64_t>{1});
   // Without the cache's size nothing is judged never to fit.
   plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16});
