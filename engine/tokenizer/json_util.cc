@@ -34,6 +34,13 @@ absl::StatusOr<std::string> GetString(const nlohmann::json& json, std::string_vi
   return it->get<std::string>();
 }
 
+absl::StatusOr<bool> GetBool(const nlohmann::json& json, std::string_view key,
+                             const JsonLocation& at) {
+  const auto it = json.find(key);
+  if (it == json.end() || !it->is_boolean()) return JsonError(at.Child(key), "expected a boolean");
+  return it->get<bool>();
+}
+
 std::string GetStringOr(const nlohmann::json& json, std::string_view key,
                         std::string_view fallback) {
   const auto it = json.find(key);

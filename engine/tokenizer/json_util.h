@@ -36,6 +36,9 @@ absl::StatusOr<std::string> GetString(const nlohmann::json& json, std::string_vi
 // json[key] as a string when present and a string, else `fallback`.
 std::string GetStringOr(const nlohmann::json& json, std::string_view key,
                         std::string_view fallback);
+// The bool at json[key]; error if absent or not a bool.
+absl::StatusOr<bool> GetBool(const nlohmann::json& json, std::string_view key,
+                             const JsonLocation& at);
 // json[key] as a bool when present and a bool, else `fallback`.
 bool GetBoolOr(const nlohmann::json& json, std::string_view key, bool fallback);
 

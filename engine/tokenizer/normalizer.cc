@@ -124,8 +124,12 @@ absl::StatusOr<std::unique_ptr<Normalizer>> NormalizerFromJson(const nlohmann::j
     return std::make_unique<ReplaceNormalizer>(*std::move(pattern), *std::move(content));
   }
   if (*type == "Strip") {
-    return std::make_unique<StripNormalizer>(GetBoolOr(json, "strip_left", true),
-                                             GetBoolOr(json, "strip_right", true));
+    // Both fields are required, as Hugging Face requires them.
+    auto left = GetBool(json, "strip_left", at);
+    if (!left.ok()) return left.status();
+    auto right = GetBool(json, "strip_right", at);
+    if (!right.ok()) return right.status();
+    return std::make_unique<StripNormalizer>(*left, *right);
   }
   return JsonUnsupported(at.Child("type"), "normalizer", *type);
 }

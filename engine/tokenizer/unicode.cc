@@ -198,10 +198,21 @@ std::string Normalize(std::string_view text, NormalForm form) {
 }
 
 std::string ToLower(std::string_view text) {
-  icu::UnicodeString s = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), text.size()));
-  s.toLower(icu::Locale::getRoot());
+  const icu::UnicodeString s =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), text.size()));
+  // Each code point on its own, as Hugging Face's Lowercase (Rust's char::to_lowercase): full
+  // mappings (U+0130 gives two code points) but no context, so a word-final capital sigma
+  // becomes σ, not the final form ς that ICU's string mapping picks.
   std::string out;
-  s.toUTF8String(out);
+  out.reserve(text.size());
+  for (int32_t i = 0; i < s.length();) {
+    const UChar32 cp = s.char32At(i);
+    const int32_t width = U16_LENGTH(cp);
+    icu::UnicodeString one(s, i, width);
+    one.toLower(icu::Locale::getRoot());
+    one.toUTF8String(out);
+    i += width;
+  }
   return out;
 }
 

@@ -61,7 +61,8 @@ bool IsAlphanumeric(char32_t cp);
 enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 // Normalizes valid UTF-8 text. Returns the input unchanged when it is already normalized.
 std::string Normalize(std::string_view text, NormalForm form);
-// Unicode lower-casing (full case mapping, locale-independent).
+// Unicode lower-casing of each code point alone (full case mapping, locale-independent, no
+// context: Hugging Face's Lowercase normalizer).
 std::string ToLower(std::string_view text);
 
 // GPT-2's reversible byte <-> character map: every byte is shown as a printable code point.

@@ -119,16 +119,18 @@ TEST(NormalizerTest, EveryTypeMatchesHuggingFace) {
   }
 }
 
-// Known divergence, disabled until fixed: Lowercase lower-cases with ICU's full, context-aware
-// mapping (engine/tokenizer/unicode.cc, ToLower), which turns a word-final capital sigma into
-// final sigma (U+03C2); Hugging Face lower-cases character by character (Rust's
-// char::to_lowercase), so every capital sigma becomes U+03C3. Expected values are Hugging
-// Face's (0.23.3).
-TEST(NormalizerTest, DISABLED_LowercaseMapsEachCharacterAloneAsHuggingFace) {
+// Hugging Face lower-cases character by character (Rust's char::to_lowercase): full mappings
+// (U+0130 gives two code points) without context, so every capital sigma becomes U+03C3, also
+// word-finally where ICU's string mapping would pick the final form U+03C2. Expected values are
+// Hugging Face's (0.23.3).
+TEST(NormalizerTest, LowercaseMapsEachCharacterAloneAsHuggingFace) {
   const auto n = MustBuild({{"type", "Lowercase"}});
   ASSERT_NE(n, nullptr);
   EXPECT_EQ(n->Normalize("\u03a3\u0391\u03a3 \u039f\u0394\u039f\u03a3"),
             "\u03c3\u03b1\u03c3 \u03bf\u03b4\u03bf\u03c3");
+  EXPECT_EQ(n->Normalize("ABC\u03a3."), "abc\u03c3.");
+  EXPECT_EQ(n->Normalize("\u0130stanbul"), "i\u0307stanbul");
+  EXPECT_EQ(n->Normalize("\u1e9eTRASSE"), "\u00dftrasse");
 }
 
 TEST(NormalizerTest, Llama2NormalizerMarksEverySpace) {
@@ -231,6 +233,11 @@ TEST(NormalizerTest, BadJsonNamesThePathAndTheProblem) {
        "closing parenthesis"},
       {R"({"type": "Replace", "pattern": {"String": "a"}})", absl::StatusCode::kInvalidArgument,
        "t.json: /normalizer/content: expected a string"},
+      // Hugging Face requires both Strip fields as booleans ("missing field", "invalid type").
+      {R"({"type": "Strip", "strip_right": true})", absl::StatusCode::kInvalidArgument,
+       "t.json: /normalizer/strip_left: expected a boolean"},
+      {R"({"type": "Strip", "strip_left": true, "strip_right": "no"})",
+       absl::StatusCode::kInvalidArgument, "t.json: /normalizer/strip_right: expected a boolean"},
   };
   for (const ErrorCase& c : cases) {
     const auto n = NormalizerFromJson(json::parse(c.normalizer), kAt);
