@@ -52,6 +52,18 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
       if (!plan.pieces.empty() || least <= config.max_batch_tokens) continue;
       tokens = least;
     }
+    if (!c->admitted && kv.total_blocks > 0) {
+      // Admission waits until the piece fits whole, so a piece larger than the whole cache is
+      // cut to it (the session then grows until it is alone and short: never_fit); one that
+      // cannot be cut that far can never run.
+      const int64_t room = kv.total_blocks * block_size + c->free_slots;
+      if (least > room) {
+        preempted.insert(c->id);
+        plan.never_fit.push_back(c->id);
+        continue;
+      }
+      tokens = std::min(tokens, room);
+    }
     auto fits = [&](int64_t n) { return BlocksFor(n, c->free_slots, block_size) <= free; };
     if (!fits(tokens)) {
       if (!c->admitted) continue;  // admission waits for free blocks

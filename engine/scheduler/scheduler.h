@@ -13,7 +13,8 @@
 //      and no piece below its `min_tokens` (a block that must run whole waits for a step with
 //      room, or runs alone over the budget when it is larger than the whole budget).
 //   3. Admission: sessions not yet admitted (or preempted) come after every running write and
-//      read, earliest first, and only when their piece fits in the free blocks.
+//      read, earliest first, and only when their piece fits in the free blocks (a piece larger
+//      than the whole cache is cut to it; one that cannot be cut that far never fits).
 //   3b. Long reads (a read with more than `long_read_tokens` tokens left, e.g. a prompt of
 //      thousands of tokens) come last, after admissions, so that a long prefill never keeps
 //      other sessions out; together they take at most `LongReadBudget::with_others` tokens in

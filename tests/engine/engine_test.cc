@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -350,6 +351,40 @@ TEST(EngineTest, ASessionLargerThanTheCacheEndsAndOthersGoOn) {
   const SessionEvent done = next.Wait();
   ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
   EXPECT_EQ(done.output, Alone(*m, small, few).output);
+}
+
+// A session whose first piece is larger than the whole cache can never be admitted (admission
+// waits until a piece fits whole): it ends with RESOURCE_EXHAUSTED instead of waiting forever.
+TEST(EngineTest, ASessionWhoseFirstPieceExceedsTheCacheEnds) {
+  auto m = testing::TinyChatModel(6);
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 4;  // 16 tokens: less than the prompt
+  auto engine = Engine::Create(m, config);
+  ASSERT_TRUE(engine.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<SessionEvent> last;
+  auto handle = (*engine)->Open(Config(3), [&](const SessionEvent& e) {
+    if (e.kind == SessionEvent::Kind::kTokens) return true;
+    std::lock_guard<std::mutex> lock(mu);
+    last = e;
+    cv.notify_all();
+    return true;
+  });
+  ASSERT_TRUE(handle.ok());
+  (*handle)->Push({"the", "cat", "sat"});
+  (*handle)->EndSource();
+  std::unique_lock<std::mutex> lock(mu);
+  // Generous: the engine decides in its first step; a hang is the failure this test catches.
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return last.has_value(); }))
+      << "the session was never admitted nor ended";
+  ASSERT_EQ(last->kind, SessionEvent::Kind::kError);
+  EXPECT_EQ(last->status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(last->status.message().find("more than the whole KV cache (4 blocks of 4 tokens)"),
+            std::string::npos)
+      << last->status;
+  EXPECT_EQ((*engine)->stats().kv.free_blocks, 4);
 }
 
 }  // namespace

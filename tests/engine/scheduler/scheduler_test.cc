@@ -270,6 +270,18 @@ TEST(SchedulerTest, ASessionAloneInTheCacheAndStillShortNeverFits) {
   // The next step, with the other's block free: alone.
   plan = Schedule({}, {big}, {.free_blocks = 3, .block_size = 16, .total_blocks = 9});
   EXPECT_EQ(plan.never_fit, std::vector<int64_t>{1});
+  // A waiting session's piece larger than the whole cache is cut to the cache, so that it can be
+  // admitted at all; a piece that cannot be cut (a block that runs whole) never fits.
+  Candidate waiting = Read(3, 7, 100);
+  waiting.admitted = false;
+  waiting.blocks_held = 0;
+  plan = Schedule({}, {waiting}, {.free_blocks = 4, .block_size = 16, .total_blocks = 4});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{3, 64}}));
+  EXPECT_TRUE(plan.never_fit.empty());
+  waiting.min_tokens = 80;
+  plan = Schedule({}, {waiting}, {.free_blocks = 4, .block_size = 16, .total_blocks = 4});
+  EXPECT_TRUE(plan.pieces.empty());
+  EXPECT_EQ(plan.never_fit, std::vector<int64_t>{3});
   // Without the cache's size nothing is judged never to fit.
   plan = Schedule({}, {big}, {.free_blocks = 2, .block_size = 16});
   EXPECT_TRUE(plan.never_fit.empty());
