@@ -75,7 +75,8 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   std::optional<std::string> preset, model_dir;
   flags.Add("preset", "NAME", "make a random-weight model of this preset (qwen2.5-0.5b, ...)",
             &preset);
-  flags.Add("arch", "qwen2|llama|mistral", "architecture for --preset", &make.arch);
+  flags.Add("arch", "qwen2|llama|mistral|gemma2|qwen3|phi3",
+            "architecture for --preset (default: the preset's)", &make.arch);
   flags.Add("model", "DIR", "an existing model folder instead of --preset", &model_dir);
   std::vector<std::string> dtypes = {"fp32", "bf16", "fp16", "int8"};
   flags.AddParsed(

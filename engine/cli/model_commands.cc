@@ -68,7 +68,8 @@ int MakeModelCommand(int argc, char** argv, int first) {
       "Presets: " +
           absl::StrJoin(model::PresetNames(), ", ") + ".");
   model::MakeModelOptions o;
-  flags.Add("arch", "qwen2|llama|mistral", "architecture", &o.arch);
+  flags.Add("arch", "qwen2|llama|mistral|gemma2|qwen3|phi3",
+            "architecture (default: the preset's, qwen2 for tiny and small)", &o.arch);
   flags.Add("preset", "NAME", "layer shapes", &o.preset);
   flags.Add("tokenizer", "DIR", "folder with tokenizer.json to copy (fixes the vocabulary)",
             &o.tokenizer_dir);
@@ -94,10 +95,27 @@ int MakeModelCommand(int argc, char** argv, int first) {
             {.min = 1});
   AddBoolOverride(flags, "tie_word_embeddings", "override: share embedding and LM head",
                   &o.tie_word_embeddings);
-  flags.Add("rope_scaling", "none|linear|llama3", "override: rotary scaling", &o.rope_scaling);
-  AddBoolOverride(flags, "attention_bias", "override (llama, mistral): q/k/v/o biases",
-                  &o.attention_bias);
+  flags.Add("rope_scaling", "none|linear|llama3|longrope",
+            "override: rotary scaling (longrope: phi3)", &o.rope_scaling);
+  AddBoolOverride(flags, "attention_bias",
+                  "override (llama, mistral, gemma2, qwen3): q/k/v/o biases", &o.attention_bias);
   AddBoolOverride(flags, "mlp_bias", "override (llama, mistral): MLP biases", &o.mlp_bias);
+  flags.Add("sliding_window", "N",
+            "override: sliding-window width, 0 = none (mistral, phi3, gemma2's even layers; "
+            "qwen2/qwen3 from --max_window_layers on)",
+            &o.sliding_window, {.min = 0});
+  flags.Add("max_window_layers", "N", "override (qwen2, qwen3): first windowed layer",
+            &o.max_window_layers, {.min = 0});
+  flags.Add("attn_logit_softcapping", "X",
+            "override (gemma2): attention-score soft cap, 0 = none", &o.attn_logit_softcapping,
+            {.min = 0});
+  flags.Add("final_logit_softcapping", "X", "override (gemma2): final-logit soft cap, 0 = none",
+            &o.final_logit_softcapping, {.min = 0});
+  flags.Add("partial_rotary_factor", "X", "override (phi3): share of head_dim that rotates",
+            &o.partial_rotary_factor);
+  flags.Add("original_max_position_embeddings", "N",
+            "override (phi3 longrope): positions below it take the short factors",
+            &o.original_max_position_embeddings, {.min = 1});
   std::optional<std::string> out;
   flags.Add("out", "DIR", "output folder", &out);
   if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
@@ -106,7 +124,8 @@ int MakeModelCommand(int argc, char** argv, int first) {
     return 2;
   }
   if (absl::Status s = model::MakeModel(o, *out); !s.ok()) return Fail(s);
-  std::cerr << "gpe: wrote " << o.arch << " " << o.preset << " model to " << *out << "\n";
+  std::cerr << "gpe: wrote " << (o.arch.empty() ? "" : o.arch + " ") << o.preset << " model to "
+            << *out << "\n";
   return 0;
 }
 

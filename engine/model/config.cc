@@ -1,8 +1,11 @@
 #include "engine/model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace gpeserve::model {
 namespace {
@@ -57,8 +60,30 @@ std::vector<int64_t> TokenIds(const nlohmann::json& json, const std::string& fie
   return ids;
 }
 
+// A list of numbers (longrope's factors).
+absl::StatusOr<std::vector<double>> NumberList(const nlohmann::json& json, const std::string& name,
+                                               const std::string& field, size_t length) {
+  const auto it = json.find(field);
+  if (it == json.end() || !it->is_array() || it->size() != length) {
+    return FieldError(name, absl::StrCat("rope_scaling.", field),
+                      absl::StrCat("expected a list of ", length, " numbers (rotary_dim / 2)"));
+  }
+  std::vector<double> values;
+  for (const auto& v : *it) {
+    if (!v.is_number() || v.get<double>() <= 0) {
+      return FieldError(name, absl::StrCat("rope_scaling.", field),
+                        "expected positive numbers");
+    }
+    values.push_back(v.get<double>());
+  }
+  return values;
+}
+
+// rope_scaling. Needs rotary_dim, max_position_embeddings and, for longrope (Phi-3 only), the
+// top-level original_max_position_embeddings.
 absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& name,
-                              RopeScaling* out) {
+                              ModelConfig* c) {
+  RopeScaling* out = &c->rope_scaling;
   const auto it = json.find("rope_scaling");
   if (it == json.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_object()) return FieldError(name, "rope_scaling", "expected an object or null");
@@ -85,13 +110,148 @@ absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& nam
     }
     return absl::OkStatus();
   }
+  // Phi-3's config names longrope "longrope", or "su" / "yarn" in older checkpoints, which
+  // transformers reads as longrope.
+  if (c->architecture == Architecture::kPhi3 &&
+      (type == "longrope" || type == "su" || type == "yarn")) {
+    out->type = RopeScaling::Type::kLongRope;
+    const size_t half = static_cast<size_t>(c->rotary_dim / 2);
+    auto short_factor = NumberList(*it, name, "short_factor", half);
+    if (!short_factor.ok()) return short_factor.status();
+    auto long_factor = NumberList(*it, name, "long_factor", half);
+    if (!long_factor.ok()) return long_factor.status();
+    out->short_factor = *std::move(short_factor);
+    out->long_factor = *std::move(long_factor);
+    auto original = PositiveInt(json, name, "original_max_position_embeddings", 4096);
+    if (!original.ok()) return original.status();
+    out->original_max_position = *original;
+    const double ratio = static_cast<double>(c->max_position_embeddings) /
+                         static_cast<double>(out->original_max_position);
+    out->attention_factor =
+        ratio <= 1.0 ? 1.0
+                     : std::sqrt(1 + std::log(ratio) /
+                                         std::log(static_cast<double>(out->original_max_position)));
+    return absl::OkStatus();
+  }
   return Unsupported(name, "rope_scaling.rope_type",
                      absl::StrCat("'", type,
-                                  "' is not implemented (supported: default, linear, "
-                                  "llama3)"));
+                                  "' is not implemented (supported: default, linear, llama3; "
+                                  "longrope for Phi3ForCausalLM)"));
 }
 
+// A soft-capping field: null or absent (when `fallback` is 0) means none.
+absl::StatusOr<double> SoftCap(const nlohmann::json& json, const std::string& name,
+                               const std::string& field, double fallback) {
+  const auto it = json.find(field);
+  if (it == json.end()) return fallback;
+  if (it->is_null()) return 0.0;
+  if (!it->is_number() || it->get<double>() <= 0) {
+    return FieldError(name, field, "expected a positive number or null");
+  }
+  return it->get<double>();
+}
+
+// Which layers use the sliding window: config.json's layer_types when present (newer
+// transformers write it), otherwise the architecture's rule.
+absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& name,
+                                ModelConfig* c) {
+  // The window itself: transformers' default when the field is absent, none when null.
+  int64_t fallback = 0;
+  switch (c->architecture) {
+    case Architecture::kMistral:
+    case Architecture::kGemma2:
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+      fallback = 4096;
+      break;
+    case Architecture::kLlama:
+      return absl::OkStatus();  // Llama has no window
+    case Architecture::kPhi3:
+      break;
+  }
+  if (auto w = json.find("sliding_window"); w == json.end()) {
+    c->sliding_window = fallback;
+  } else if (!w->is_null()) {
+    auto window = PositiveInt(json, name, "sliding_window");
+    if (!window.ok()) return window.status();
+    c->sliding_window = *window;
+  }
+  c->windowed_layers.assign(c->num_layers, false);
+  if (auto types = json.find("layer_types"); types != json.end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
+      return FieldError(name, "layer_types", "expected one entry per layer");
+    }
+    for (int64_t i = 0; i < c->num_layers; ++i) {
+      const nlohmann::json& t = (*types)[i];
+      if (t == "sliding_attention") {
+        c->windowed_layers[i] = true;
+      } else if (t != "full_attention") {
+        return FieldError(name, absl::StrCat("layer_types[", i, "]"),
+                          "expected \"full_attention\" or \"sliding_attention\"");
+      }
+    }
+    if (c->sliding_window == 0 &&
+        std::find(c->windowed_layers.begin(), c->windowed_layers.end(), true) !=
+            c->windowed_layers.end()) {
+      return FieldError(name, "sliding_window", "layer_types has sliding layers but no window");
+    }
+    return absl::OkStatus();
+  }
+  switch (c->architecture) {
+    case Architecture::kMistral:
+    case Architecture::kPhi3:
+      c->windowed_layers.assign(c->num_layers, true);
+      break;
+    case Architecture::kGemma2:  // even layers (0, 2, ...) slide
+      for (int64_t i = 0; i < c->num_layers; i += 2) c->windowed_layers[i] = true;
+      break;
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      c->use_sliding_window = BoolOr(json, "use_sliding_window", false);
+      auto max_window = PositiveInt(json, name, "max_window_layers", 28);
+      if (!max_window.ok()) return max_window.status();
+      c->max_window_layers = *max_window;
+      for (int64_t i = c->max_window_layers; c->use_sliding_window && i < c->num_layers; ++i) {
+        c->windowed_layers[i] = true;
+      }
+      break;
+    }
+    case Architecture::kLlama:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+constexpr std::pair<const char*, Architecture> kArchitectures[] = {
+    {"Qwen2ForCausalLM", Architecture::kQwen2},   {"LlamaForCausalLM", Architecture::kLlama},
+    {"MistralForCausalLM", Architecture::kMistral}, {"Gemma2ForCausalLM", Architecture::kGemma2},
+    {"Qwen3ForCausalLM", Architecture::kQwen3},   {"Phi3ForCausalLM", Architecture::kPhi3},
+};
+
 }  // namespace
+
+const char* ModelConfig::model_type() const {
+  switch (architecture) {
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kMistral:
+      return "mistral";
+    case Architecture::kGemma2:
+      return "gemma2";
+    case Architecture::kQwen3:
+      return "qwen3";
+    case Architecture::kPhi3:
+      return "phi3";
+  }
+  return "";
+}
+
+double ModelConfig::attention_scale() const {
+  return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar
+                                                   : static_cast<double>(head_dim));
+}
 
 absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
                                                   const std::string& name) {
@@ -102,18 +262,21 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
     return FieldError(name, "architectures", "expected a list naming the model class");
   }
   c.architecture_name = (*archs)[0].get<std::string>();
-  if (c.architecture_name == "Qwen2ForCausalLM") {
-    c.architecture = Architecture::kQwen2;
-  } else if (c.architecture_name == "LlamaForCausalLM") {
-    c.architecture = Architecture::kLlama;
-  } else if (c.architecture_name == "MistralForCausalLM") {
-    c.architecture = Architecture::kMistral;
-  } else {
+  bool known = false;
+  std::vector<std::string> names;
+  for (const auto& [arch_name, arch] : kArchitectures) {
+    names.push_back(arch_name);
+    if (c.architecture_name == arch_name) {
+      c.architecture = arch;
+      known = true;
+    }
+  }
+  if (!known) {
     return Unsupported(name, "architectures",
                        absl::StrCat("unknown architecture '", c.architecture_name,
-                                    "' (supported: Qwen2ForCausalLM, LlamaForCausalLM, "
-                                    "MistralForCausalLM)"));
+                                    "' (supported: ", absl::StrJoin(names, ", "), ")"));
   }
+  const Architecture arch = c.architecture;
   for (const auto& [field, target] :
        {std::pair{"vocab_size", &c.vocab_size}, std::pair{"hidden_size", &c.hidden_size},
         std::pair{"intermediate_size", &c.intermediate_size},
@@ -131,25 +294,65 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
         name, "num_key_value_heads",
         absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
   }
-  if (c.hidden_size % c.num_heads != 0 && !json.contains("head_dim")) {
+  // transformers' defaults when head_dim is absent: Gemma 2 256, Qwen 3 128, else
+  // hidden_size / num_attention_heads.
+  int64_t default_head_dim = arch == Architecture::kGemma2  ? 256
+                             : arch == Architecture::kQwen3 ? 128
+                                                            : c.hidden_size / c.num_heads;
+  if (default_head_dim == 0 || (arch != Architecture::kGemma2 && arch != Architecture::kQwen3 &&
+                                c.hidden_size % c.num_heads != 0 && !json.contains("head_dim"))) {
     return FieldError(name, "num_attention_heads", "does not divide hidden_size");
   }
-  auto head_dim = PositiveInt(json, name, "head_dim", c.hidden_size / c.num_heads);
+  auto head_dim = PositiveInt(json, name, "head_dim", default_head_dim);
   if (!head_dim.ok()) return head_dim.status();
   c.head_dim = *head_dim;
   if (c.head_dim % 2 != 0) return FieldError(name, "head_dim", "must be even for rotary");
+  if (arch == Architecture::kPhi3 && c.head_dim * c.num_heads != c.hidden_size) {
+    return FieldError(name, "head_dim",
+                      "Phi-3 takes head_dim = hidden_size / num_attention_heads");
+  }
+  c.rotary_dim = c.head_dim;
+  if (auto f = json.find("partial_rotary_factor"); f != json.end() && !f->is_null()) {
+    if (!f->is_number() || f->get<double>() <= 0 || f->get<double>() > 1) {
+      return FieldError(name, "partial_rotary_factor", "expected a number in (0, 1]");
+    }
+    if (f->get<double>() != 1.0 && arch != Architecture::kPhi3) {
+      return Unsupported(name, "partial_rotary_factor",
+                         absl::StrCat("a partial rotary embedding is implemented for "
+                                      "Phi3ForCausalLM only, not ",
+                                      c.architecture_name));
+    }
+    c.partial_rotary_factor = f->get<double>();
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+    if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0) {
+      return FieldError(name, "partial_rotary_factor",
+                        absl::StrCat("head_dim * factor = ", c.rotary_dim,
+                                     " rotary channels: must be positive and even"));
+    }
+  }
 
-  const std::string act = json.value("hidden_act", "silu");
-  if (act != "silu") {
-    return Unsupported(name, "hidden_act", absl::StrCat("'", act, "' (only silu is implemented)"));
+  // Gemma 2 names its activation hidden_activation (its hidden_act is ignored by transformers).
+  const char* act_field = arch == Architecture::kGemma2 ? "hidden_activation" : "hidden_act";
+  const std::string act =
+      json.contains(act_field) && json[act_field].is_string()
+          ? json[act_field].get<std::string>()
+          : (arch == Architecture::kGemma2 ? "gelu_pytorch_tanh" : "silu");
+  if (act == "silu" || act == "swish") {
+    c.activation = Activation::kSilu;
+  } else if (act == "gelu_pytorch_tanh") {
+    c.activation = Activation::kGeluTanh;
+  } else {
+    return Unsupported(name, act_field,
+                       absl::StrCat("'", act, "' (implemented: silu, gelu_pytorch_tanh)"));
   }
   c.rms_norm_eps = NumberOr(json, "rms_norm_eps", 1e-6);
   c.rope_theta = NumberOr(json, "rope_theta", 10000.0);
-  if (absl::Status s = ParseRopeScaling(json, name, &c.rope_scaling); !s.ok()) return s;
   auto max_pos = PositiveInt(json, name, "max_position_embeddings", 32768);
   if (!max_pos.ok()) return max_pos.status();
   c.max_position_embeddings = *max_pos;
-  c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", false);
+  if (absl::Status s = ParseRopeScaling(json, name, &c); !s.ok()) return s;
+  // transformers' default: tied for Gemma 2, untied for the others.
+  c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", arch == Architecture::kGemma2);
   c.torch_dtype = json.value("torch_dtype", "");
   if (auto q = json.find("quantization_config"); q != json.end() && !q->is_null()) {
     const std::string method =
@@ -164,29 +367,39 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
     }
     c.int8_weights = true;
   }
+  if (absl::Status s = ParseSlidingWindow(json, name, &c); !s.ok()) return s;
 
-  switch (c.architecture) {
+  switch (arch) {
     case Architecture::kQwen2:
       c.attention_bias = true;  // q, k, v
       c.o_proj_bias = false;
-      if (BoolOr(json, "use_sliding_window", false)) {
-        return Unsupported(name, "use_sliding_window",
-                           "sliding-window attention is not implemented");
-      }
       break;
     case Architecture::kLlama:
+    case Architecture::kMistral:
       c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
       c.mlp_bias = BoolOr(json, "mlp_bias", false);
       break;
-    case Architecture::kMistral:
-      if (auto w = json.find("sliding_window"); w != json.end() && w->is_number_integer() &&
-                                                w->get<int64_t>() < c.max_position_embeddings) {
-        return Unsupported(
-            name, "sliding_window",
-            absl::StrCat("a window of ", w->get<int64_t>(), " < ", c.max_position_embeddings,
-                         " positions changes attention; sliding-window attention "
-                         "is not implemented"));
+    case Architecture::kQwen3:
+      c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
+      c.qk_norm = true;
+      break;
+    case Architecture::kGemma2: {
+      c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
+      c.query_pre_attn_scalar = NumberOr(json, "query_pre_attn_scalar", 256);
+      if (c.query_pre_attn_scalar <= 0) {
+        return FieldError(name, "query_pre_attn_scalar", "expected a positive number");
       }
+      auto attn_cap = SoftCap(json, name, "attn_logit_softcapping", 50.0);
+      if (!attn_cap.ok()) return attn_cap.status();
+      auto final_cap = SoftCap(json, name, "final_logit_softcapping", 30.0);
+      if (!final_cap.ok()) return final_cap.status();
+      c.attn_logit_softcapping = *attn_cap;
+      c.final_logit_softcapping = *final_cap;
+      c.scale_embeddings = c.norm_weight_plus_one = c.sandwich_norms = true;
+      break;
+    }
+    case Architecture::kPhi3:
+      c.fused_projections = true;
       break;
   }
   c.eos_token_ids = TokenIds(json, "eos_token_id");
@@ -195,9 +408,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
 }
 
 nlohmann::json ModelConfig::ToJson() const {
-  static constexpr const char* kModelTypes[] = {"qwen2", "llama", "mistral"};
+  const bool gemma = architecture == Architecture::kGemma2;
   nlohmann::json j = {{"architectures", {architecture_name}},
-                      {"model_type", kModelTypes[static_cast<int>(architecture)]},
+                      {"model_type", model_type()},
                       {"vocab_size", vocab_size},
                       {"hidden_size", hidden_size},
                       {"intermediate_size", intermediate_size},
@@ -205,7 +418,8 @@ nlohmann::json ModelConfig::ToJson() const {
                       {"num_attention_heads", num_heads},
                       {"num_key_value_heads", num_kv_heads},
                       {"head_dim", head_dim},
-                      {"hidden_act", "silu"},
+                      {gemma ? "hidden_activation" : "hidden_act",
+                       activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh"},
                       {"rms_norm_eps", rms_norm_eps},
                       {"rope_theta", rope_theta},
                       {"max_position_embeddings", max_position_embeddings},
@@ -229,15 +443,47 @@ nlohmann::json ModelConfig::ToJson() const {
           {"high_freq_factor", rope_scaling.high_freq_factor},
           {"original_max_position_embeddings", rope_scaling.original_max_position}};
       break;
+    case RopeScaling::Type::kLongRope:  // Phi-3's validation wants exactly these three fields
+      j["rope_scaling"] = {{"type", "longrope"},
+                           {"short_factor", rope_scaling.short_factor},
+                           {"long_factor", rope_scaling.long_factor}};
+      break;
   }
-  if (architecture == Architecture::kQwen2) {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = num_layers;
-  } else {
-    j["attention_bias"] = attention_bias;
-    j["mlp_bias"] = mlp_bias;
-    if (architecture == Architecture::kMistral) j["sliding_window"] = nullptr;
+  const nlohmann::json window = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  switch (architecture) {
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+      j["use_sliding_window"] = use_sliding_window;
+      j["sliding_window"] = use_sliding_window ? window : nullptr;
+      j["max_window_layers"] = use_sliding_window ? max_window_layers : num_layers;
+      if (architecture == Architecture::kQwen3) j["attention_bias"] = attention_bias;
+      break;
+    case Architecture::kLlama:
+    case Architecture::kMistral:
+      j["attention_bias"] = attention_bias;
+      j["mlp_bias"] = mlp_bias;
+      if (architecture == Architecture::kMistral) j["sliding_window"] = window;
+      break;
+    case Architecture::kGemma2:
+      j["attention_bias"] = attention_bias;
+      j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+      j["attn_logit_softcapping"] =
+          attn_logit_softcapping > 0 ? nlohmann::json(attn_logit_softcapping) : nullptr;
+      j["final_logit_softcapping"] =
+          final_logit_softcapping > 0 ? nlohmann::json(final_logit_softcapping) : nullptr;
+      j["sliding_window"] = window;
+      j["cache_implementation"] = "hybrid";
+      break;
+    case Architecture::kPhi3:
+      j["partial_rotary_factor"] = partial_rotary_factor;
+      j["original_max_position_embeddings"] = rope_scaling.type == RopeScaling::Type::kLongRope
+                                                  ? rope_scaling.original_max_position
+                                                  : max_position_embeddings;
+      j["sliding_window"] = window;
+      j["attention_bias"] = false;
+      // transformers' default (32000, Phi-3's own vocabulary) would not fit other vocabularies.
+      j["pad_token_id"] = nullptr;
+      break;
   }
   if (int8_weights) j["quantization_config"] = Int8QuantizationConfig();
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace gpeserve::model {
 
@@ -18,7 +19,23 @@ namespace gpeserve::model {
 struct Matrix {
   torch::Tensor data;
   torch::Tensor scale;  // [out] float32; defined only for int8
+
+  // Output rows [begin, begin + count): a view (a fused projection's part).
+  Matrix Rows(int64_t begin, int64_t count) const {
+    return {data.narrow(0, begin, count),
+            scale.defined() ? scale.narrow(0, begin, count) : torch::Tensor()};
+  }
 };
+
+// The matrices stacked by output rows (a fused projection as a checkpoint stores it): a copy.
+inline Matrix ConcatRows(const std::vector<Matrix>& parts) {
+  std::vector<torch::Tensor> data, scale;
+  for (const Matrix& m : parts) {
+    data.push_back(m.data);
+    if (m.scale.defined()) scale.push_back(m.scale);
+  }
+  return {torch::cat(data), scale.empty() ? torch::Tensor() : torch::cat(scale)};
+}
 
 // x [rows, in] times W^T, plus b when defined: [rows, out]. On the CPU x is fp32 and W any
 // held dtype; with gradients, or on CUDA, libtorch's linear.

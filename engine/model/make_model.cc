@@ -1,5 +1,6 @@
 #include "engine/model/make_model.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,23 +15,56 @@ namespace {
 
 struct Preset {
   const char* name;
+  const char* arch;  // nullptr: any architecture (the default: qwen2)
   int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
   bool tied;
   double rope_theta, rms_eps;
   int64_t max_positions;
-  bool llama3_rope;  // the preset's own rope scaling (for llama-3.2-1b)
+  const char* rope;        // the preset's own rope scaling: none, llama3, longrope
+  int64_t sliding_window;  // 0: the architecture's default for tiny/small, none otherwise
+  int64_t original_max_positions;  // longrope
 };
 
 // Shapes of the public checkpoints; `tiny` fits in a unit test; `small` takes its vocabulary
 // from the tokenizer like `tiny`.
 constexpr Preset kPresets[] = {
-    {"tiny", 64, 128, 2, 4, 2, 16, 0, false, 10000.0, 1e-6, 4096, false},
+    {"tiny", nullptr, 64, 128, 2, 4, 2, 16, 0, false, 10000.0, 1e-6, 4096, "none", 0, 0},
     // Trainable on a CPU in minutes (the default model's size class).
-    {"small", 256, 768, 4, 4, 2, 64, 0, true, 10000.0, 1e-6, 4096, false},
-    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, true, 1000000.0, 1e-6, 32768, false},
-    {"qwen2.5-3b", 2048, 11008, 36, 16, 2, 128, 151936, true, 1000000.0, 1e-6, 32768, false},
-    {"llama-3.2-1b", 2048, 8192, 16, 32, 8, 64, 128256, true, 500000.0, 1e-5, 131072, true},
+    {"small", nullptr, 256, 768, 4, 4, 2, 64, 0, true, 10000.0, 1e-6, 4096, "none", 0, 0},
+    {"qwen2.5-0.5b", "qwen2", 896, 4864, 24, 14, 2, 64, 151936, true, 1000000.0, 1e-6, 32768,
+     "none", 0, 0},
+    {"qwen2.5-3b", "qwen2", 2048, 11008, 36, 16, 2, 128, 151936, true, 1000000.0, 1e-6, 32768,
+     "none", 0, 0},
+    {"llama-3.2-1b", "llama", 2048, 8192, 16, 32, 8, 64, 128256, true, 500000.0, 1e-5, 131072,
+     "llama3", 0, 0},
+    {"gemma2-2b", "gemma2", 2304, 9216, 26, 8, 4, 256, 256000, true, 10000.0, 1e-6, 8192, "none",
+     4096, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 128, 151936, true, 1000000.0, 1e-6, 40960,
+     "none", 0, 0},
+    {"qwen3-4b", "qwen3", 2560, 9728, 36, 32, 8, 128, 151936, true, 1000000.0, 1e-6, 40960, "none",
+     0, 0},
+    {"phi3-mini", "phi3", 3072, 8192, 32, 32, 32, 96, 32064, false, 10000.0, 1e-5, 4096, "none",
+     2047, 0},
+    {"phi3-mini-128k", "phi3", 3072, 8192, 32, 32, 32, 96, 32064, false, 10000.0, 1e-5, 131072,
+     "longrope", 262144, 4096},
 };
+
+constexpr std::pair<const char*, Architecture> kArchNames[] = {
+    {"qwen2", Architecture::kQwen2},   {"llama", Architecture::kLlama},
+    {"mistral", Architecture::kMistral}, {"gemma2", Architecture::kGemma2},
+    {"qwen3", Architecture::kQwen3},   {"phi3", Architecture::kPhi3},
+};
+
+// longrope's per-frequency factors (the real checkpoints' are fitted by search; these are
+// smooth stand-ins of the same form): short ones near 1, long ones growing with the wavelength.
+std::vector<double> LongRopeFactors(int64_t count, bool long_factors) {
+  std::vector<double> f(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = count > 1 ? static_cast<double>(i) / static_cast<double>(count - 1) : 0.0;
+    f[i] = long_factors ? 1.0 + 31.0 * x * x : 1.0 + 0.1 * x;
+  }
+  return f;
+}
 
 // bf16 by truncation after rounding to nearest even, as torch does.
 uint16_t ToBf16(float f) {
@@ -103,19 +137,28 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
         absl::StrCat("unknown preset '", o.preset, "' (", absl::StrJoin(PresetNames(), ", "), ")"));
   }
   ModelConfig c;
-  if (o.arch == "qwen2") {
-    c.architecture = Architecture::kQwen2;
-    c.architecture_name = "Qwen2ForCausalLM";
-  } else if (o.arch == "llama") {
-    c.architecture = Architecture::kLlama;
-    c.architecture_name = "LlamaForCausalLM";
-  } else if (o.arch == "mistral") {
-    c.architecture = Architecture::kMistral;
-    c.architecture_name = "MistralForCausalLM";
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown arch '", o.arch, "' (qwen2, llama, mistral)"));
+  const std::string arch = !o.arch.empty() ? o.arch : preset->arch ? preset->arch : "qwen2";
+  if (preset->arch != nullptr && arch != preset->arch) {
+    return absl::InvalidArgumentError(absl::StrCat("preset '", o.preset, "' is a ", preset->arch,
+                                                   " shape, not ", arch));
   }
+  std::vector<std::string> arch_names;
+  bool known = false;
+  for (const auto& [name, value] : kArchNames) {
+    arch_names.push_back(name);
+    if (arch == name) {
+      c.architecture = value;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown arch '", arch, "' (", absl::StrJoin(arch_names, ", "), ")"));
+  }
+  static constexpr const char* kClassNames[] = {"Qwen2ForCausalLM",  "LlamaForCausalLM",
+                                                "MistralForCausalLM", "Gemma2ForCausalLM",
+                                                "Qwen3ForCausalLM",  "Phi3ForCausalLM"};
+  c.architecture_name = kClassNames[static_cast<int>(c.architecture)];
   const int64_t rounded = (tokenizer_vocab + 63) / 64 * 64;
   c.vocab_size = std::max(preset->vocab, rounded);
   c.hidden_size = o.hidden_size.value_or(preset->hidden);
@@ -140,27 +183,107 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   c.rms_norm_eps = preset->rms_eps;
   c.rope_theta = preset->rope_theta;
   c.max_position_embeddings = o.max_position_embeddings.value_or(preset->max_positions);
-  c.tie_word_embeddings = o.tie_word_embeddings.value_or(preset->tied);
-  const std::string rope = o.rope_scaling.value_or(preset->llama3_rope ? "llama3" : "none");
+  // Gemma 2 ties its head by default (transformers' default too).
+  c.tie_word_embeddings = o.tie_word_embeddings.value_or(
+      preset->arch == nullptr && c.architecture == Architecture::kGemma2 ? true : preset->tied);
+  const Architecture a = c.architecture;
+  const bool phi3 = a == Architecture::kPhi3;
+  if (o.partial_rotary_factor.has_value() && !phi3) {
+    return absl::InvalidArgumentError("partial_rotary_factor is for phi3 only");
+  }
+  c.partial_rotary_factor = o.partial_rotary_factor.value_or(1.0);
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  if (c.partial_rotary_factor <= 0 || c.partial_rotary_factor > 1 || c.rotary_dim <= 0 ||
+      c.rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partial_rotary_factor must be in (0, 1] and give an even number of rotary channels (got ",
+        c.partial_rotary_factor, " of head_dim ", c.head_dim, ")"));
+  }
+  if (phi3 && c.head_dim * c.num_heads != c.hidden_size) {
+    return absl::InvalidArgumentError("phi3 needs head_dim * num_heads == hidden_size");
+  }
+  const std::string rope = o.rope_scaling.value_or(preset->rope);
   if (rope == "llama3") {
     c.rope_scaling = {RopeScaling::Type::kLlama3, 32.0, 1.0, 4.0, 8192};
     if (c.max_position_embeddings <= 8192) c.rope_scaling.original_max_position = 256;
   } else if (rope == "linear") {
     c.rope_scaling = {RopeScaling::Type::kLinear, 2.0};
+  } else if (rope == "longrope" && phi3) {
+    RopeScaling& r = c.rope_scaling;
+    r.type = RopeScaling::Type::kLongRope;
+    r.original_max_position = o.original_max_position_embeddings.value_or(
+        preset->original_max_positions > 0 ? preset->original_max_positions
+                                           : std::max<int64_t>(1, c.max_position_embeddings / 16));
+    r.short_factor = LongRopeFactors(c.rotary_dim / 2, false);
+    r.long_factor = LongRopeFactors(c.rotary_dim / 2, true);
+    const double ratio = static_cast<double>(c.max_position_embeddings) /
+                         static_cast<double>(r.original_max_position);
+    r.attention_factor =
+        ratio <= 1.0 ? 1.0
+                     : std::sqrt(1 + std::log(ratio) /
+                                         std::log(static_cast<double>(r.original_max_position)));
   } else if (rope != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown rope_scaling '", rope, "' (none, linear, llama3)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown rope_scaling '", rope, "' (none, linear, llama3; longrope for phi3)"));
   }
-  if (c.architecture == Architecture::kQwen2) {
-    if (o.attention_bias.has_value() || o.mlp_bias.has_value()) {
-      return absl::InvalidArgumentError(
-          "attention_bias / mlp_bias are fixed for qwen2 (q/k/v bias, no o/mlp bias)");
-    }
+  if (o.original_max_position_embeddings.has_value() &&
+      c.rope_scaling.type != RopeScaling::Type::kLongRope) {
+    return absl::InvalidArgumentError("original_max_position_embeddings is for longrope");
+  }
+  const bool fixed_bias = a == Architecture::kQwen2 || phi3;
+  if (fixed_bias && (o.attention_bias.has_value() || o.mlp_bias.has_value())) {
+    return absl::InvalidArgumentError(
+        "attention_bias / mlp_bias are fixed for qwen2 (q/k/v bias) and phi3 (none)");
+  }
+  if (o.mlp_bias.has_value() && a != Architecture::kLlama && a != Architecture::kMistral) {
+    return absl::InvalidArgumentError("mlp_bias is for llama and mistral only");
+  }
+  if (a == Architecture::kQwen2) {
     c.attention_bias = true;
-  } else {
+  } else if (!phi3) {
     c.attention_bias = c.o_proj_bias = o.attention_bias.value_or(false);
     c.mlp_bias = o.mlp_bias.value_or(false);
   }
+  // Sliding window: a windowed architecture gets the preset's window (4096, transformers'
+  // default, for tiny/small); qwen2/qwen3 use it only when given, from max_window_layers on.
+  const bool qwen = a == Architecture::kQwen2 || a == Architecture::kQwen3;
+  if (a == Architecture::kLlama && o.sliding_window.value_or(0) > 0) {
+    return absl::InvalidArgumentError("llama has no sliding window");
+  }
+  if (o.max_window_layers.has_value() && !qwen) {
+    return absl::InvalidArgumentError("max_window_layers is for qwen2 and qwen3 only");
+  }
+  if (a != Architecture::kLlama) {
+    const int64_t preset_window =
+        preset->arch != nullptr ? preset->sliding_window : (qwen || phi3 ? 0 : 4096);
+    c.sliding_window = o.sliding_window.value_or(preset_window);
+    if (c.sliding_window < 0) {
+      return absl::InvalidArgumentError("sliding_window must be 0 (none) or positive");
+    }
+    c.windowed_layers.assign(c.num_layers, false);
+    if (qwen) {
+      c.use_sliding_window = c.sliding_window > 0;
+      c.max_window_layers = o.max_window_layers.value_or(0);
+      for (int64_t i = c.max_window_layers; c.use_sliding_window && i < c.num_layers; ++i) {
+        c.windowed_layers[i] = true;
+      }
+    } else {
+      for (int64_t i = 0; i < c.num_layers; ++i) {
+        c.windowed_layers[i] = a != Architecture::kGemma2 || i % 2 == 0;
+      }
+    }
+  }
+  if (a == Architecture::kGemma2) {
+    c.activation = Activation::kGeluTanh;
+    c.query_pre_attn_scalar = static_cast<double>(c.head_dim);
+    c.attn_logit_softcapping = o.attn_logit_softcapping.value_or(50.0);
+    c.final_logit_softcapping = o.final_logit_softcapping.value_or(30.0);
+    c.scale_embeddings = c.norm_weight_plus_one = c.sandwich_norms = true;
+  } else if (o.attn_logit_softcapping.has_value() || o.final_logit_softcapping.has_value()) {
+    return absl::InvalidArgumentError("soft-capping is for gemma2 only");
+  }
+  c.qk_norm = a == Architecture::kQwen3;
+  c.fused_projections = phi3;
   c.torch_dtype = o.dtype == DType::kF32    ? "float32"
                   : o.dtype == DType::kBF16 ? "bfloat16"
                                             : "float16";
@@ -194,11 +317,13 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
   std::normal_distribution<float> normal(0.0f, static_cast<float>(o.init_std));
   std::vector<std::vector<char>> storage;
   std::vector<TensorToWrite> tensors;
+  // Norms: 1 + noise, or noise alone where the checkpoint stores w of (1 + w) (Gemma).
+  const float norm_center = c.norm_weight_plus_one ? 0.0f : 1.0f;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::vector<float> values(n);
-    for (float& v : values) v = (norm ? 1.0f : 0.0f) + normal(rng);
+    for (float& v : values) v = (norm ? norm_center : 0.0f) + normal(rng);
     storage.push_back(Encode(values, o.dtype));
     tensors.push_back({name, o.dtype, std::move(shape), nullptr});
   };
@@ -209,9 +334,21 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     add(p + "input_layernorm.weight", {h}, true);
     add(p + "post_attention_layernorm.weight", {h}, true);
-    add(p + "self_attn.q_proj.weight", {q, h}, false);
-    add(p + "self_attn.k_proj.weight", {kv, h}, false);
-    add(p + "self_attn.v_proj.weight", {kv, h}, false);
+    if (c.sandwich_norms) {
+      add(p + "pre_feedforward_layernorm.weight", {h}, true);
+      add(p + "post_feedforward_layernorm.weight", {h}, true);
+    }
+    if (c.fused_projections) {
+      add(p + "self_attn.qkv_proj.weight", {q + 2 * kv, h}, false);
+    } else {
+      add(p + "self_attn.q_proj.weight", {q, h}, false);
+      add(p + "self_attn.k_proj.weight", {kv, h}, false);
+      add(p + "self_attn.v_proj.weight", {kv, h}, false);
+    }
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
+      add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
+    }
     add(p + "self_attn.o_proj.weight", {h, q}, false);
     if (c.attention_bias) {
       add(p + "self_attn.q_proj.bias", {q}, false);
@@ -219,8 +356,12 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
       add(p + "self_attn.v_proj.bias", {kv}, false);
     }
     if (c.o_proj_bias) add(p + "self_attn.o_proj.bias", {h}, false);
-    add(p + "mlp.gate_proj.weight", {ff, h}, false);
-    add(p + "mlp.up_proj.weight", {ff, h}, false);
+    if (c.fused_projections) {
+      add(p + "mlp.gate_up_proj.weight", {2 * ff, h}, false);
+    } else {
+      add(p + "mlp.gate_proj.weight", {ff, h}, false);
+      add(p + "mlp.up_proj.weight", {ff, h}, false);
+    }
     add(p + "mlp.down_proj.weight", {h, ff}, false);
     if (c.mlp_bias) {
       add(p + "mlp.gate_proj.bias", {ff}, false);

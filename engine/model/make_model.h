@@ -17,7 +17,9 @@
 namespace gpeserve::model {
 
 struct MakeModelOptions {
-  std::string arch = "qwen2";   // qwen2 | llama | mistral
+  // qwen2 | llama | mistral | gemma2 | qwen3 | phi3; empty: the preset's own (qwen2 for the
+  // shape-only presets tiny and small).
+  std::string arch;
   std::string preset = "tiny";  // see PresetNames()
   std::string tokenizer_dir;    // folder with tokenizer.json (+ tokenizer_config.json)
   uint64_t seed = 0;
@@ -32,12 +34,22 @@ struct MakeModelOptions {
   std::optional<int64_t> num_kv_heads;
   std::optional<int64_t> max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
-  std::optional<std::string> rope_scaling;  // none | linear | llama3
-  std::optional<bool> attention_bias;       // llama / mistral only
+  std::optional<std::string> rope_scaling;  // none | linear | llama3 | longrope (phi3)
+  std::optional<bool> attention_bias;       // llama / mistral / gemma2 / qwen3 only
   std::optional<bool> mlp_bias;             // llama / mistral only
+  // Sliding window (mistral, gemma2, phi3; qwen2/qwen3 window their layers from
+  // max_window_layers on); 0: none.
+  std::optional<int64_t> sliding_window;
+  std::optional<int64_t> max_window_layers;  // qwen2 / qwen3
+  // gemma2: soft-capping of attention scores and of the final logits (0: none).
+  std::optional<double> attn_logit_softcapping;
+  std::optional<double> final_logit_softcapping;
+  std::optional<double> partial_rotary_factor;            // phi3
+  std::optional<int64_t> original_max_position_embeddings;  // phi3 longrope
 };
 
-// Names of the presets: tiny, small, qwen2.5-0.5b, qwen2.5-3b, llama-3.2-1b.
+// Names of the presets: tiny, small, and the shapes of public checkpoints (qwen2.5-0.5b,
+// qwen2.5-3b, llama-3.2-1b, gemma2-2b, qwen3-0.6b, qwen3-4b, phi3-mini, phi3-mini-128k).
 std::vector<std::string> PresetNames();
 
 // The configuration `options` describes, with the vocabulary size fitted to `tokenizer_vocab`

@@ -2,11 +2,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -147,13 +149,20 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
       absl::StrCat("unknown device '", name, "' (cpu, cuda, cuda:N)"));
 }
 
-// Inverse rotary frequencies with the config's scaling, as Hugging Face computes them.
-torch::Tensor InverseFrequencies(const ModelConfig& c) {
-  const int64_t dim = c.head_dim;
-  torch::Tensor inv_freq =
-      1.0 / torch::pow(c.rope_theta, torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) /
-                                         static_cast<double>(dim));
+// Inverse rotary frequencies with the config's scaling, as Hugging Face computes them (the
+// short factors for longrope; `long_factors` picks the long ones).
+torch::Tensor InverseFrequencies(const ModelConfig& c, bool long_factors = false) {
+  const int64_t dim = c.rotary_dim;
+  const torch::Tensor exponent =
+      torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
   const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLongRope) {
+    const torch::Tensor ext = torch::tensor(long_factors ? s.long_factor : s.short_factor,
+                                            torch::kFloat64)
+                                  .to(torch::kFloat32);
+    return 1.0 / (ext * torch::pow(c.rope_theta, exponent));
+  }
+  torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);
   if (s.type == RopeScaling::Type::kLinear) return inv_freq / s.factor;
   if (s.type != RopeScaling::Type::kLlama3) return inv_freq;
   const double old_context = static_cast<double>(s.original_max_position);
@@ -172,6 +181,28 @@ torch::Tensor InverseFrequencies(const ModelConfig& c) {
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+// x [T, H, D] with the rotary embedding on its first cos.size(-1) channels (all of them unless
+// the rotary embedding is partial).
+torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin) {
+  const int64_t rotary = cos.size(-1);
+  if (rotary == x.size(-1)) return x * cos + RotateHalf(x) * sin;
+  const torch::Tensor part = x.narrow(-1, 0, rotary);
+  return torch::cat({part * cos + RotateHalf(part) * sin, x.narrow(-1, rotary, x.size(-1) - rotary)},
+                    -1);
+}
+
+// (cos, sin) [P, rotary_dim] of positions P (float32) for inverse frequencies `inv_freq`, times
+// `factor` (longrope's attention factor) as transformers scales them.
+std::pair<torch::Tensor, torch::Tensor> RotaryTables(const torch::Tensor& positions,
+                                                     const torch::Tensor& inv_freq,
+                                                     double factor) {
+  const torch::Tensor freqs = torch::outer(positions, inv_freq);
+  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  if (factor == 1.0) return {emb.cos(), emb.sin()};
+  return {emb.cos() * factor, emb.sin() * factor};
 }
 
 const char* ServingDtypeName(ServingDtype dtype) {
@@ -358,19 +389,40 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
       const std::string p = absl::StrCat("model.layers.", i, ".");
       LayerWeights layer;
       GPE_LOAD(layer.input_norm, p + "input_layernorm.weight", h);
-      GPE_LOAD(layer.post_norm, p + "post_attention_layernorm.weight", h);
-      GPE_LOAD_MATRIX(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
-      GPE_LOAD_MATRIX(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
-      GPE_LOAD_MATRIX(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
+      if (c.sandwich_norms) {
+        GPE_LOAD(layer.attn_out_norm, p + "post_attention_layernorm.weight", h);
+        GPE_LOAD(layer.mlp_norm, p + "pre_feedforward_layernorm.weight", h);
+        GPE_LOAD(layer.mlp_out_norm, p + "post_feedforward_layernorm.weight", h);
+      } else {
+        GPE_LOAD(layer.mlp_norm, p + "post_attention_layernorm.weight", h);
+      }
+      if (c.fused_projections) {
+        Matrix qkv, gate_up;
+        GPE_LOAD_MATRIX(qkv, p + "self_attn.qkv_proj.weight", q_dim + 2 * kv_dim, h);
+        layer.q_w = qkv.Rows(0, q_dim);
+        layer.k_w = qkv.Rows(q_dim, kv_dim);
+        layer.v_w = qkv.Rows(q_dim + kv_dim, kv_dim);
+        GPE_LOAD_MATRIX(gate_up, p + "mlp.gate_up_proj.weight", 2 * ff, h);
+        layer.gate_w = gate_up.Rows(0, ff);
+        layer.up_w = gate_up.Rows(ff, ff);
+      } else {
+        GPE_LOAD_MATRIX(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
+        GPE_LOAD_MATRIX(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
+        GPE_LOAD_MATRIX(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
+        GPE_LOAD_MATRIX(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
+        GPE_LOAD_MATRIX(layer.up_w, p + "mlp.up_proj.weight", ff, h);
+      }
       GPE_LOAD_MATRIX(layer.o_w, p + "self_attn.o_proj.weight", h, q_dim);
+      if (c.qk_norm) {
+        GPE_LOAD(layer.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
+        GPE_LOAD(layer.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
+      }
       if (c.attention_bias) {
         GPE_LOAD(layer.q_b, p + "self_attn.q_proj.bias", q_dim);
         GPE_LOAD(layer.k_b, p + "self_attn.k_proj.bias", kv_dim);
         GPE_LOAD(layer.v_b, p + "self_attn.v_proj.bias", kv_dim);
       }
       if (c.o_proj_bias) GPE_LOAD(layer.o_b, p + "self_attn.o_proj.bias", h);
-      GPE_LOAD_MATRIX(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
-      GPE_LOAD_MATRIX(layer.up_w, p + "mlp.up_proj.weight", ff, h);
       GPE_LOAD_MATRIX(layer.down_w, p + "mlp.down_proj.weight", h, ff);
       if (c.mlp_bias) {
         GPE_LOAD(layer.gate_b, p + "mlp.gate_proj.bias", ff);
@@ -382,14 +434,18 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
 #undef GPE_LOAD_MATRIX
 #undef GPE_LOAD
 #undef GPE_LOAD_WITH
-    model->inv_freq_ = InverseFrequencies(c).to(model->device_);
+    const double factor = c.rope_scaling.attention_factor;
     const int64_t table = std::min(kRotaryTablePositions, c.max_position_embeddings);
-    const torch::Tensor freqs = torch::outer(
-        torch::arange(table, torch::TensorOptions().dtype(torch::kFloat32).device(model->device_)),
-        model->inv_freq_);
-    const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-    model->cos_table_ = emb.cos();
-    model->sin_table_ = emb.sin();
+    const torch::Tensor positions =
+        torch::arange(table, torch::TensorOptions().dtype(torch::kFloat32).device(model->device_));
+    model->inv_freq_ = InverseFrequencies(c).to(model->device_);
+    std::tie(model->cos_table_, model->sin_table_) =
+        RotaryTables(positions, model->inv_freq_, factor);
+    if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+      model->long_inv_freq_ = InverseFrequencies(c, /*long_factors=*/true).to(model->device_);
+      std::tie(model->long_cos_table_, model->long_sin_table_) =
+          RotaryTables(positions, model->long_inv_freq_, factor);
+    }
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat(dir, ": libtorch error while loading: ", e.what_without_backtrace()));
@@ -399,10 +455,20 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
 
 namespace {
 
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+// RMSNorm over the last dimension, as transformers computes it: Llama's weight * normed (in the
+// input dtype), or Gemma's normed * (1 + weight) in fp32.
+torch::Tensor RmsNorm(const ModelConfig& c, const torch::Tensor& x, const torch::Tensor& weight) {
   const torch::Tensor xf = x.to(torch::kFloat32);
-  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) +
+                                                 c.rms_norm_eps);
+  if (c.norm_weight_plus_one) {
+    return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+  }
   return weight * normed.to(x.scalar_type());
+}
+
+torch::Tensor Activate(const ModelConfig& c, const torch::Tensor& x) {
+  return c.activation == Activation::kGeluTanh ? torch::gelu(x, "tanh") : torch::silu(x);
 }
 
 }  // namespace
@@ -422,19 +488,35 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
     const LayerWeights& l = w.layers[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     add(p + "input_layernorm.weight", l.input_norm);
-    add(p + "post_attention_layernorm.weight", l.post_norm);
-    add_matrix(p + "self_attn.q_proj.weight", l.q_w);
-    add(p + "self_attn.q_proj.bias", l.q_b);
-    add_matrix(p + "self_attn.k_proj.weight", l.k_w);
-    add(p + "self_attn.k_proj.bias", l.k_b);
-    add_matrix(p + "self_attn.v_proj.weight", l.v_w);
-    add(p + "self_attn.v_proj.bias", l.v_b);
+    if (c.sandwich_norms) {
+      add(p + "post_attention_layernorm.weight", l.attn_out_norm);
+      add(p + "pre_feedforward_layernorm.weight", l.mlp_norm);
+      add(p + "post_feedforward_layernorm.weight", l.mlp_out_norm);
+    } else {
+      add(p + "post_attention_layernorm.weight", l.mlp_norm);
+    }
+    if (c.fused_projections) {
+      add_matrix(p + "self_attn.qkv_proj.weight", ConcatRows({l.q_w, l.k_w, l.v_w}));
+    } else {
+      add_matrix(p + "self_attn.q_proj.weight", l.q_w);
+      add(p + "self_attn.q_proj.bias", l.q_b);
+      add_matrix(p + "self_attn.k_proj.weight", l.k_w);
+      add(p + "self_attn.k_proj.bias", l.k_b);
+      add_matrix(p + "self_attn.v_proj.weight", l.v_w);
+      add(p + "self_attn.v_proj.bias", l.v_b);
+    }
+    add(p + "self_attn.q_norm.weight", l.q_norm);
+    add(p + "self_attn.k_norm.weight", l.k_norm);
     add_matrix(p + "self_attn.o_proj.weight", l.o_w);
     add(p + "self_attn.o_proj.bias", l.o_b);
-    add_matrix(p + "mlp.gate_proj.weight", l.gate_w);
-    add(p + "mlp.gate_proj.bias", l.gate_b);
-    add_matrix(p + "mlp.up_proj.weight", l.up_w);
-    add(p + "mlp.up_proj.bias", l.up_b);
+    if (c.fused_projections) {
+      add_matrix(p + "mlp.gate_up_proj.weight", ConcatRows({l.gate_w, l.up_w}));
+    } else {
+      add_matrix(p + "mlp.gate_proj.weight", l.gate_w);
+      add(p + "mlp.gate_proj.bias", l.gate_b);
+      add_matrix(p + "mlp.up_proj.weight", l.up_w);
+      add(p + "mlp.up_proj.bias", l.up_b);
+    }
     add_matrix(p + "mlp.down_proj.weight", l.down_w);
     add(p + "mlp.down_proj.bias", l.down_b);
   }
@@ -448,37 +530,70 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
                                 AttentionContext& attention) {
   const int64_t t = ids.size(0);
   // The rotary tables come in the activation dtype.
-  torch::Tensor x = Embed(w.embed, ids, cos.scalar_type());
+  const torch::ScalarType dtype = cos.scalar_type();
+  torch::Tensor x = Embed(w.embed, ids, dtype);
+  if (c.scale_embeddings) {
+    // Gemma: times sqrt(hidden_size) rounded to the activation dtype first, as transformers.
+    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), dtype).item();
+  }
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
-    const torch::Tensor h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
+    const torch::Tensor h = RmsNorm(c, x, l.input_norm);
     torch::Tensor q = Linear(h, l.q_w, l.q_b).view({t, c.num_heads, c.head_dim});
     torch::Tensor k = Linear(h, l.k_w, l.k_b).view({t, c.num_kv_heads, c.head_dim});
     const torch::Tensor v = Linear(h, l.v_w, l.v_b).view({t, c.num_kv_heads, c.head_dim});
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
-    const torch::Tensor attn = attention.Attend(static_cast<int64_t>(i), q, k, v);
-    x = x + Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
-    const torch::Tensor m = RmsNorm(x, l.post_norm, c.rms_norm_eps);
+    if (c.qk_norm) {
+      q = RmsNorm(c, q, l.q_norm);
+      k = RmsNorm(c, k, l.k_norm);
+    }
+    q = ApplyRotary(q, cos, sin);
+    k = ApplyRotary(k, cos, sin);
+    const int64_t layer = static_cast<int64_t>(i);
+    const torch::Tensor attn =
+        attention.Attend({.layer = layer,
+                          .scale = c.attention_scale(),
+                          .softcap = c.attn_logit_softcapping,
+                          .window = c.windowed(layer) ? c.sliding_window : 0},
+                         q, k, v);
+    torch::Tensor out = Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
+    if (c.sandwich_norms) out = RmsNorm(c, out, l.attn_out_norm);
+    x = x + out;
+    const torch::Tensor m = RmsNorm(c, x, l.mlp_norm);
     const torch::Tensor act =
-        torch::silu(Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
-    x = x + Linear(act, l.down_w, l.down_b);
+        Activate(c, Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
+    out = Linear(act, l.down_w, l.down_b);
+    if (c.sandwich_norms) out = RmsNorm(c, out, l.mlp_out_norm);
+    x = x + out;
   }
   return x;
 }
 
 torch::Tensor LmLogits(const ModelConfig& c, const Weights& w, const torch::Tensor& hidden) {
-  return Linear(RmsNorm(hidden, w.final_norm, c.rms_norm_eps), w.lm_head, torch::Tensor());
+  torch::Tensor logits = Linear(RmsNorm(c, hidden, w.final_norm), w.lm_head, torch::Tensor());
+  if (c.final_logit_softcapping > 0) {
+    logits = torch::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
+  }
+  return logits;
 }
 
 std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
   const int64_t table = cos_table_.size(0);
-  if (positions.numel() == 0 || positions.max().item<int64_t>() < table) {
-    return {cos_table_.index_select(0, positions), sin_table_.index_select(0, positions)};
-  }
-  const torch::Tensor freqs = torch::outer(positions.to(torch::kFloat32), inv_freq_);
-  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos(), emb.sin()};
+  const bool in_table = positions.numel() == 0 || positions.max().item<int64_t>() < table;
+  // The tables of one set of factors at `positions`.
+  auto lookup = [&](const torch::Tensor& cos_table, const torch::Tensor& sin_table,
+                    const torch::Tensor& inv_freq) -> std::pair<torch::Tensor, torch::Tensor> {
+    if (in_table) {
+      return {cos_table.index_select(0, positions), sin_table.index_select(0, positions)};
+    }
+    return RotaryTables(positions.to(torch::kFloat32), inv_freq,
+                        config_.rope_scaling.attention_factor);
+  };
+  auto [cos, sin] = lookup(cos_table_, sin_table_, inv_freq_);
+  if (!long_inv_freq_.defined()) return {cos, sin};
+  const torch::Tensor is_long =
+      (positions >= config_.rope_scaling.original_max_position).unsqueeze(1);
+  auto [long_cos, long_sin] = lookup(long_cos_table_, long_sin_table_, long_inv_freq_);
+  return {torch::where(is_long, long_cos, cos), torch::where(is_long, long_sin, sin)};
 }
 
 absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,

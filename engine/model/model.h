@@ -1,4 +1,5 @@
-// A loaded causal language model (Qwen2, Llama, Mistral) and its transformer forward pass over
+// A loaded causal language model (Qwen 2/3, Llama, Mistral, Gemma 2, Phi-3) and its transformer
+// forward pass over
 // a flat batch of new tokens with explicit position ids; attention is delegated to an
 // AttentionContext, which is what group position encoding and a paged KV cache need.
 //
@@ -25,11 +26,29 @@
 namespace gpeserve::model {
 
 // A model's weights as served (inference) or as trainable fp32 parameters (training); both run
-// through the same TransformerHidden. Norms and biases are in the activation dtype.
+// through the same TransformerHidden. Norms and biases are in the activation dtype. Undefined
+// tensors are absent from the architecture. Fused checkpoint projections (Phi-3's qkv_proj and
+// gate_up_proj) are held as row ranges of the fused matrix (views, no copy).
 struct LayerWeights {
-  torch::Tensor input_norm, post_norm;
+  torch::Tensor input_norm;     // before attention (input_layernorm)
+  torch::Tensor mlp_norm;       // before the MLP (post_attention_layernorm; Gemma 2's
+                                // pre_feedforward_layernorm)
+  torch::Tensor attn_out_norm;  // Gemma 2: on the attention output (post_attention_layernorm)
+  torch::Tensor mlp_out_norm;   // Gemma 2: on the MLP output (post_feedforward_layernorm)
+  torch::Tensor q_norm, k_norm;  // Qwen 3: per head, [head_dim]
   Matrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
-  torch::Tensor q_b, k_b, v_b, o_b, gate_b, up_b, down_b;  // undefined when absent
+  torch::Tensor q_b, k_b, v_b, o_b, gate_b, up_b, down_b;
+
+  // Every tensor member, for code that treats them alike (copying, counting).
+  template <typename F>
+  void ForEachTensor(F&& f) {
+    for (torch::Tensor* t : {&input_norm, &mlp_norm, &attn_out_norm, &mlp_out_norm, &q_norm,
+                             &k_norm, &q_w.data, &k_w.data, &v_w.data, &o_w.data, &gate_w.data,
+                             &up_w.data, &down_w.data, &q_b, &k_b, &v_b, &o_b, &gate_b, &up_b,
+                             &down_b}) {
+      f(*t);
+    }
+  }
 };
 struct Weights {
   Matrix embed, lm_head;  // lm_head is embed when tied
@@ -38,17 +57,19 @@ struct Weights {
 };
 
 // Every defined tensor with its Hugging Face name (lm_head only when untied), in file order;
-// an int8 matrix's scale follows it as "<name>_scale".
+// an int8 matrix's scale follows it as "<name>_scale". Fused projections are concatenated
+// (copies) under their checkpoint names.
 std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& config,
                                                                 const Weights& weights);
 
 // The transformer body: embeddings, every layer (attention through `attention`), returning
-// the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, head_dim] rotary
+// the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, rotary_dim] rotary
 // tables for the tokens' positions. Differentiable (training) unless run in inference mode.
 torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weights,
                                 const torch::Tensor& ids, const torch::Tensor& cos,
                                 const torch::Tensor& sin, AttentionContext& attention);
-// Final norm and LM head: logits [R, vocab] of hidden rows [R, hidden] (activation dtype).
+// Final norm, LM head and final soft-capping: logits [R, vocab] of hidden rows [R, hidden]
+// (activation dtype).
 torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
                        const torch::Tensor& hidden);
 
@@ -83,7 +104,10 @@ class Model {
   int64_t weight_bytes() const;
   // The weights (read-only views of the mapped files where the stored dtype is served).
   const Weights& weights() const { return weights_; }
-  // (cos, sin), each [T, head_dim] float32 on the model's device, for the given positions.
+  // (cos, sin), each [T, rotary_dim] float32 on the model's device, for the given positions.
+  // longrope: a position below original_max_position_embeddings takes the short factors, the
+  // others the long ones, token by token (what transformers computes when it decodes one token
+  // at a time; see docs/model.md).
   std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions) const;
 
  private:
@@ -98,8 +122,10 @@ class Model {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive
   Weights weights_;
-  torch::Tensor inv_freq_;               // [head_dim / 2] float32, on device
-  torch::Tensor cos_table_, sin_table_;  // [kRotaryTablePositions, head_dim] float32, on device
+  torch::Tensor inv_freq_;               // [rotary_dim / 2] float32, on device
+  torch::Tensor cos_table_, sin_table_;  // [kRotaryTablePositions, rotary_dim] float32, on device
+  // longrope only: the long factors' frequencies and tables.
+  torch::Tensor long_inv_freq_, long_cos_table_, long_sin_table_;
 };
 
 }  // namespace gpeserve::model

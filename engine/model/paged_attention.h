@@ -4,7 +4,9 @@
 // for a read, source then target group for a write) and the segment's own tokens causally (or
 // a leading block of them in both directions).
 // The new K/V are written into the pool at the caller's slots before attention, so a later
-// forward sees them through the block tables.
+// forward sees them through the block tables. A windowed layer (LayerAttention::window = W)
+// gathers only the last W - 1 context keys of a segment (no row sees more) and keeps each row's
+// last W visible keys, so its cost stays bounded by W however long the context grows.
 //
 // Thread-safety: one instance per forward call, on the engine thread.
 #pragma once
@@ -12,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "engine/kv/kv_pool.h"
@@ -33,18 +36,22 @@ class PagedAttention : public AttentionContext {
   // REQUIRES: segments cover the batch rows in order, without gaps.
   PagedAttention(kv::KvPool& pool, const std::vector<AttentionSegment>& segments);
 
-  torch::Tensor Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
-                       const torch::Tensor& v) override;
+  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q,
+                       const torch::Tensor& k, const torch::Tensor& v) override;
 
  private:
   struct Prepared {
-    int64_t begin, length;
+    int64_t begin, length, context;
     torch::Tensor key_slots;  // context then new slots, on the pool's device
     torch::Tensor allowed;    // [length, context + length]
   };
+  // The segments as a layer with `window` sees them (made on first use per window).
+  const std::vector<Prepared>& ForWindow(int64_t window);
+
   kv::KvPool& pool_;
   torch::Tensor new_slots_;  // all rows' slots in row order
   std::vector<Prepared> segments_;
+  std::map<int64_t, std::vector<Prepared>> windowed_;
 };
 
 }  // namespace gpeserve::model

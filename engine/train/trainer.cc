@@ -50,30 +50,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   t->weights_.final_norm = Trainable(w.final_norm);
   t->weights_.lm_head.data =
       t->init_->config().tie_word_embeddings ? t->weights_.embed.data : Trainable(w.lm_head.data);
+  t->parameters_ = {t->weights_.embed.data, t->weights_.final_norm};
+  if (!t->init_->config().tie_word_embeddings) t->parameters_.push_back(t->weights_.lm_head.data);
   for (const model::LayerWeights& l : w.layers) {
-    model::LayerWeights c;
-    for (auto [to, from] : {std::pair{&c.input_norm, &l.input_norm},
-                            {&c.post_norm, &l.post_norm},
-                            {&c.q_w.data, &l.q_w.data},
-                            {&c.q_b, &l.q_b},
-                            {&c.k_w.data, &l.k_w.data},
-                            {&c.k_b, &l.k_b},
-                            {&c.v_w.data, &l.v_w.data},
-                            {&c.v_b, &l.v_b},
-                            {&c.o_w.data, &l.o_w.data},
-                            {&c.o_b, &l.o_b},
-                            {&c.gate_w.data, &l.gate_w.data},
-                            {&c.gate_b, &l.gate_b},
-                            {&c.up_w.data, &l.up_w.data},
-                            {&c.up_b, &l.up_b},
-                            {&c.down_w.data, &l.down_w.data},
-                            {&c.down_b, &l.down_b}}) {
-      *to = Trainable(*from);
-    }
-    t->weights_.layers.push_back(std::move(c));
-  }
-  for (const auto& [name, p] : model::NamedWeights(t->init_->config(), t->weights_)) {
-    t->parameters_.push_back(p);
+    model::LayerWeights copy = l;  // shares the served tensors until replaced below
+    copy.ForEachTensor([&](torch::Tensor& tensor) {
+      if (!tensor.defined()) return;
+      tensor = Trainable(tensor);
+      t->parameters_.push_back(tensor);
+    });
+    copy.q_w.scale = copy.k_w.scale = copy.v_w.scale = copy.o_w.scale = copy.gate_w.scale =
+        copy.up_w.scale = copy.down_w.scale = torch::Tensor();
+    t->weights_.layers.push_back(std::move(copy));
   }
   t->optimizer_ =
       std::make_unique<torch::optim::AdamW>(t->parameters_, torch::optim::AdamWOptions(config.lr)

@@ -63,6 +63,58 @@ CASES = [
      None),
     ("llama-bf16-stored-fp32-served", ["--arch", "llama", "--dtype", "bf16"], "fp32", TOKENS,
      None, None),
+    # Sliding windows shorter than the context (index window i - W < j <= i, as transformers).
+    ("mistral-window", ["--arch", "mistral", "--sliding_window", "5"], "fp32", LONG, None, None),
+    ("mistral-window-two-groups", ["--arch", "mistral", "--sliding_window", "3"], "fp32", TOKENS,
+     [0, 1, 2, 3, 4, 0, 1, 2, 3], None),
+    # Gemma 2: sandwich norms, (1 + w) norms, gelu-tanh, scaled embeddings, query_pre_attn_scalar,
+    # windows on even layers, soft-capping (caps small enough to be active on random weights).
+    ("gemma2", ["--arch", "gemma2"], "fp32", TOKENS, None, None),
+    ("gemma2-softcap-window", ["--arch", "gemma2", "--sliding_window", "4",
+                               "--attn_logit_softcapping", "0.5", "--final_logit_softcapping",
+                               "2"], "fp32", LONG, None, None),
+    ("gemma2-window-two-groups", ["--arch", "gemma2", "--sliding_window", "3",
+                                  "--final_logit_softcapping", "2"], "fp32", TOKENS,
+     [0, 1, 2, 3, 4, 0, 1, 2, 3], None),
+    ("gemma2-untied-batch-mixed", ["--arch", "gemma2", "--tie_word_embeddings", "false",
+                                   "--sliding_window", "2"], "fp32", TOKENS, None, [6, 3]),
+    ("gemma2-bf16-prefill", ["--arch", "gemma2", "--dtype", "bf16", "--sliding_window", "8",
+                             "--attn_logit_softcapping", "0.5"], "bf16", LONG, None, None),
+    ("gemma2-bf16-one-token", ["--arch", "gemma2", "--dtype", "bf16"], "bf16", [42], [9], None),
+    ("gemma2-int8", ["--arch", "gemma2", "--sliding_window", "4"], "int8", LONG, None, None),
+    # Phi-3: fused qkv / gate_up, partial rotary, longrope (positions at or beyond the original
+    # length take the long factors), its window on every layer.
+    ("phi3", ["--arch", "phi3"], "fp32", TOKENS, None, None),
+    ("phi3-window", ["--arch", "phi3", "--sliding_window", "5"], "fp32", LONG, None, None),
+    ("phi3-partial-rotary-two-groups", ["--arch", "phi3", "--partial_rotary_factor", "0.5"],
+     "fp32", TOKENS, [0, 1, 2, 3, 4, 0, 1, 2, 3], None),
+    ("phi3-longrope-short", ["--arch", "phi3", "--rope_scaling", "longrope",
+                             "--original_max_position_embeddings", "64"], "fp32", TOKENS,
+     [0, 1, 2, 3, 10, 20, 30, 40, 63], None),
+    ("phi3-longrope-long", ["--arch", "phi3", "--rope_scaling", "longrope",
+                            "--original_max_position_embeddings", "64",
+                            "--partial_rotary_factor", "0.75"], "fp32", TOKENS,
+     [64, 65, 66, 100, 101, 102, 103, 2000, 4000], None),
+    ("phi3-longrope-beyond-table", ["--arch", "phi3", "--rope_scaling", "longrope",
+                                    "--original_max_position_embeddings", "64",
+                                    "--max_position_embeddings", "65536"], "fp32", [42], [40000],
+     None),
+    ("phi3-bf16-prefill", ["--arch", "phi3", "--dtype", "bf16", "--sliding_window", "6"], "bf16",
+     LONG, None, None),
+    ("phi3-int8-folder", ["--arch", "phi3"], "int8-folder", TOKENS, None, [4, 5]),
+]
+
+# Qwen 3 needs transformers >= 4.51, which needs torch 2: its cases run in a second venv
+# (--family qwen3).
+QWEN3_CASES = [
+    ("qwen3", ["--arch", "qwen3"], "fp32", TOKENS, None, None),
+    ("qwen3-tied-two-groups", ["--arch", "qwen3", "--tie_word_embeddings", "true"], "fp32",
+     TOKENS, [0, 1, 2, 3, 4, 0, 1, 2, 3], None),
+    ("qwen3-bias-batch-mixed", ["--arch", "qwen3", "--attention_bias", "true"], "fp32", TOKENS,
+     None, [5, 1, 3]),
+    ("qwen3-bf16-prefill", ["--arch", "qwen3", "--dtype", "bf16"], "bf16", LONG, None, None),
+    ("qwen3-bf16-one-token", ["--arch", "qwen3", "--dtype", "bf16"], "bf16", [42], [9], None),
+    ("qwen3-int8", ["--arch", "qwen3"], "int8", TOKENS, None, None),
 ]
 
 
@@ -74,7 +126,9 @@ def quantize_rows(w):
 
 
 def reference_logits(folder, dtype, tokens, positions, segments):
-    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    # Eager attention: the sliding window and soft-capping as transformers writes them.
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
     if dtype.startswith("int8"):
         with torch.no_grad():
             for _, p in model.named_parameters():  # a tied head is listed once
@@ -87,7 +141,9 @@ def reference_logits(folder, dtype, tokens, positions, segments):
             ids = torch.tensor([tokens[start:start + length]])
             pos = torch.tensor([positions[start:start + length]] if positions else
                                [list(range(length))])
-            outputs.append(model(ids, position_ids=pos).logits[0].float().numpy())
+            # No cache: Gemma 2's hybrid cache needs torch 2; the full forward is the reference.
+            outputs.append(model(ids, position_ids=pos, attention_mask=torch.ones_like(ids),
+                                 use_cache=False).logits[0].float().numpy())
             start += length
     return np.concatenate(outputs, 0)
 
@@ -98,15 +154,24 @@ def main():
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the model folders")
+    parser.add_argument("--family", choices=["torch1", "qwen3"], default="torch1",
+                        help="which cases: those transformers 4.49 on torch 1.13 runs, or Qwen 3's")
+    parser.add_argument("--only", help="run the cases whose name contains this")
     args = parser.parse_args()
+    cases = QWEN3_CASES if args.family == "qwen3" else CASES
+    cases = [c for c in cases if not args.only or args.only in c[0]]
     torch.manual_seed(0)
     os.makedirs(args.work, exist_ok=True)
     passed = failed = 0
-    for seed, (name, flags, dtype, tokens, positions, segments) in enumerate(CASES):
+    for seed, (name, flags, dtype, tokens, positions, segments) in enumerate(cases):
         folder = os.path.join(args.work, name)
-        subprocess.run([args.gpe, "make-model", "--preset", "tiny", "--tokenizer", args.tokenizer,
-                        "--seed", str(seed), "--init_std", "0.2", "--out", folder] + flags,
-                       check=True, capture_output=True)
+        made = subprocess.run([args.gpe, "make-model", "--preset", "tiny", "--tokenizer",
+                               args.tokenizer, "--seed", str(seed), "--init_std", "0.2", "--out",
+                               folder] + flags, capture_output=True, text=True)
+        if made.returncode != 0:
+            print(f"FAIL {name}: gpe make-model exited {made.returncode}: {made.stderr}")
+            failed += 1
+            continue
         served, serve_dtype = folder, dtype
         if dtype == "int8-folder":
             served, serve_dtype = folder + "-int8", "auto"

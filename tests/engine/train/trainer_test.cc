@@ -1,5 +1,7 @@
 #include "engine/train/trainer.h"
 
+#include <cmath>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -357,16 +359,23 @@ TEST(PaddedAttentionTest, EqualsBlockDiagonalAttention) {
     }
     begin += lengths[i];
   }
-  const torch::Tensor expected = model::ScaledDotProductAttention(q, k, v, packed);
   model::PaddedAttention padded(rows, allowed);
-  const torch::Tensor got = padded.Attend(0, q, k, v);
-  EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5));
-  const torch::Tensor weights = torch::randn_like(expected);
-  auto grads = [&](const torch::Tensor& out) {
-    auto g = torch::autograd::grad({(out * weights).sum()}, {q, k, v});
-    return torch::cat({g[0].flatten(), g[1].flatten(), g[2].flatten()});
-  };
-  EXPECT_TRUE(torch::allclose(grads(got), grads(expected), 1e-4, 1e-5));
+  // Plain attention, then a windowed, soft-capped layer (Gemma 2's) with a window shorter than
+  // the longest sequence.
+  for (const model::LayerAttention spec :
+       {model::LayerAttention{.layer = 0, .scale = 1 / std::sqrt(double(dim))},
+        model::LayerAttention{.layer = 1, .scale = 0.3, .softcap = 0.5, .window = 3}}) {
+    const torch::Tensor expected = model::ScaledDotProductAttention(
+        q, k, v, model::WindowMask(packed, spec.window), spec);
+    const torch::Tensor got = padded.Attend(spec, q, k, v);
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "window " << spec.window;
+    const torch::Tensor weights = torch::randn_like(expected);
+    auto grads = [&](const torch::Tensor& out) {
+      auto g = torch::autograd::grad({(out * weights).sum()}, {q, k, v});
+      return torch::cat({g[0].flatten(), g[1].flatten(), g[2].flatten()});
+    };
+    EXPECT_TRUE(torch::allclose(grads(got), grads(expected), 1e-4, 1e-5)) << "window " << spec.window;
+  }
 }
 
 TEST_F(TrainerTest, UnknownModeRefused) {
