@@ -97,58 +97,61 @@ void Feed(SessionHandle& handle, const std::vector<std::string>& words, uint64_t
 // pushing words at random times,
 // produce exactly the tokens and delays each produces alone offline; the events' tokens add
 // up to the final output; every block is free afterwards.
+// Qwen2 with both pools; every other family with the small pool.
 TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
-  auto m = testing::TinyChatModel(3);
-  ASSERT_NE(m, nullptr);
-  for (int small_pool = 0; small_pool < 2; ++small_pool) {
-    EngineConfig config;
-    config.block_size = 4;
-    // The small pool forces preemption by recompute.
-    config.kv_blocks = small_pool ? 48 : 2048;
-    config.scheduler.max_batch_tokens = small_pool ? 24 : 64;
-    config.scheduler.max_sessions_per_step = 5;
-    auto engine = Engine::Create(m, config);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    std::mt19937 rng(17 + small_pool);
-    const int n = 12;
-    std::vector<SessionConfig> configs;
-    std::vector<std::vector<std::string>> sources;
-    std::vector<Collector> collectors(n);
-    std::vector<std::thread> feeders;
-    for (int i = 0; i < n; ++i) {
-      // Every paradigm, and the reference code's compat sessions (a non-causal header block
-      // and their own stop rules) batched with the others.
-      const auto paradigm = static_cast<session::Paradigm>(i % 5 == 4 ? 0 : i % 5);
-      configs.push_back(Config(1 + i % 3, paradigm));
-      if (i % 5 == 4) configs.back().options.policy.compat = policy::Compat::kReference;
-      sources.push_back(Words(rng));
-    }
-    for (int i = 0; i < n; ++i) {
-      auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
-      ASSERT_TRUE(handle.ok()) << handle.status();
-      feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 100 + i); });
-    }
-    for (auto& t : feeders) t.join();
-    for (int i = 0; i < n; ++i) {
-      const SessionEvent done = collectors[i].Wait();
-      ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
-      const session::SessionResult alone = Alone(*m, configs[i], sources[i]);
-      EXPECT_EQ(done.output, alone.output) << "session " << i;
-      EXPECT_EQ(done.delays, alone.delays) << "session " << i;
-      EXPECT_EQ(done.full_text, alone.text);
-      std::vector<int32_t> streamed;
-      for (const SessionEvent& e : collectors[i].events()) {
-        streamed.insert(streamed.end(), e.ids.begin(), e.ids.end());
+  for (const model::MakeModelOptions& family : testing::TestFamilies()) {
+    auto m = testing::TinyChatModel(3, family);
+    ASSERT_NE(m, nullptr);
+    for (int small_pool = family.arch == "qwen2" ? 0 : 1; small_pool < 2; ++small_pool) {
+      EngineConfig config;
+      config.block_size = 4;
+      // The small pool forces preemption by recompute.
+      config.kv_blocks = small_pool ? 48 : 2048;
+      config.scheduler.max_batch_tokens = small_pool ? 24 : 64;
+      config.scheduler.max_sessions_per_step = 5;
+      auto engine = Engine::Create(m, config);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::mt19937 rng(17 + small_pool);
+      const int n = 12;
+      std::vector<SessionConfig> configs;
+      std::vector<std::vector<std::string>> sources;
+      std::vector<Collector> collectors(n);
+      std::vector<std::thread> feeders;
+      for (int i = 0; i < n; ++i) {
+        // Every paradigm, and the reference code's compat sessions (a non-causal header block
+        // and their own stop rules) batched with the others.
+        const auto paradigm = static_cast<session::Paradigm>(i % 5 == 4 ? 0 : i % 5);
+        configs.push_back(Config(1 + i % 3, paradigm));
+        if (i % 5 == 4) configs.back().options.policy.compat = policy::Compat::kReference;
+        sources.push_back(Words(rng));
       }
-      EXPECT_EQ(streamed, done.output);
-      EXPECT_EQ(collectors[i].finals(), 1);
+      for (int i = 0; i < n; ++i) {
+        auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
+        ASSERT_TRUE(handle.ok()) << handle.status();
+        feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 100 + i); });
+      }
+      for (auto& t : feeders) t.join();
+      for (int i = 0; i < n; ++i) {
+        const SessionEvent done = collectors[i].Wait();
+        ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+        const session::SessionResult alone = Alone(*m, configs[i], sources[i]);
+        EXPECT_EQ(done.output, alone.output) << family.arch << " session " << i;
+        EXPECT_EQ(done.delays, alone.delays) << family.arch << " session " << i;
+        EXPECT_EQ(done.full_text, alone.text);
+        std::vector<int32_t> streamed;
+        for (const SessionEvent& e : collectors[i].events()) {
+          streamed.insert(streamed.end(), e.ids.begin(), e.ids.end());
+        }
+        EXPECT_EQ(streamed, done.output);
+        EXPECT_EQ(collectors[i].finals(), 1);
+      }
+      const EngineStats stats = (*engine)->stats();
+      EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+      if (small_pool) {
+        EXPECT_GT(stats.preemptions, 0) << "the small pool should force preemption";
+      }
+      EXPECT_GT(stats.step_tokens, stats.steps);  // steps were batched
     }
-    const EngineStats stats = (*engine)->stats();
-    EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
-    if (small_pool) {
-      EXPECT_GT(stats.preemptions, 0) << "the small pool should force preemption";
-    }
-    EXPECT_GT(stats.step_tokens, stats.steps);  // steps were batched
   }
 }
 

@@ -105,7 +105,7 @@ CASES = [
 ]
 
 # Qwen 3 needs transformers >= 4.51, which needs torch 2: its cases run in a second venv
-# (--family qwen3).
+# (--family qwen3), with Qwen 2's windowed layers (which 4.49 gets wrong).
 QWEN3_CASES = [
     ("qwen3", ["--arch", "qwen3"], "fp32", TOKENS, None, None),
     ("qwen3-tied-two-groups", ["--arch", "qwen3", "--tie_word_embeddings", "true"], "fp32",
@@ -115,6 +115,12 @@ QWEN3_CASES = [
     ("qwen3-bf16-prefill", ["--arch", "qwen3", "--dtype", "bf16"], "bf16", LONG, None, None),
     ("qwen3-bf16-one-token", ["--arch", "qwen3", "--dtype", "bf16"], "bf16", [42], [9], None),
     ("qwen3-int8", ["--arch", "qwen3"], "int8", TOKENS, None, None),
+    # use_sliding_window: layers from max_window_layers on are windowed (transformers 4.57's
+    # layer_types; 4.49 masked every layer of Qwen 2 alike).
+    ("qwen3-window", ["--arch", "qwen3", "--sliding_window", "4", "--max_window_layers", "1"],
+     "fp32", LONG, None, None),
+    ("qwen2-window", ["--arch", "qwen2", "--sliding_window", "3", "--max_window_layers", "1"],
+     "fp32", LONG, None, None),
 ]
 
 

@@ -1,5 +1,6 @@
 #include "engine/model/config.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -63,14 +64,42 @@ TEST(ModelConfigTest, RejectsWhatIsNotImplemented) {
        {},
        absl::StatusCode::kUnimplemented,
        "unknown architecture 'GPT2LMHeadModel'"},
+      {"LlamaForCausalLM",
+       {{"partial_rotary_factor", 0.5}},
+       absl::StatusCode::kUnimplemented,
+       "partial_rotary_factor: a partial rotary embedding is implemented for Phi3ForCausalLM"},
+      {"LlamaForCausalLM",
+       {{"rope_scaling", {{"type", "longrope"}}}},
+       absl::StatusCode::kUnimplemented,
+       "rope_scaling.rope_type: 'longrope'"},
+      {"Phi3ForCausalLM",
+       {{"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}}},
+       absl::StatusCode::kInvalidArgument,
+       "rope_scaling.short_factor: expected a list of 8 numbers"},
+      {"Phi3ForCausalLM",
+       {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}},
+       absl::StatusCode::kUnimplemented,
+       "rope_scaling.rope_type: 'dynamic'"},
+      {"Gemma2ForCausalLM",
+       {{"hidden_activation", "gelu"}},
+       absl::StatusCode::kUnimplemented,
+       "hidden_activation: 'gelu'"},
+      {"Gemma2ForCausalLM",
+       {{"attn_logit_softcapping", -1}},
+       absl::StatusCode::kInvalidArgument,
+       "attn_logit_softcapping: expected a positive number or null"},
       {"MistralForCausalLM",
-       {{"sliding_window", 4096}, {"max_position_embeddings", 32768}},
-       absl::StatusCode::kUnimplemented,
-       "sliding_window"},
-      {"Qwen2ForCausalLM",
-       {{"use_sliding_window", true}},
-       absl::StatusCode::kUnimplemented,
-       "use_sliding_window"},
+       {{"layer_types", {"full_attention"}}},
+       absl::StatusCode::kInvalidArgument,
+       "layer_types: expected one entry per layer"},
+      {"Qwen3ForCausalLM",
+       {{"layer_types", {"full_attention", "chunked_attention"}}},
+       absl::StatusCode::kInvalidArgument,
+       "layer_types[1]"},
+      {"MistralForCausalLM",
+       {{"sliding_window", 0}},
+       absl::StatusCode::kInvalidArgument,
+       "sliding_window: expected a positive integer"},
       {"LlamaForCausalLM",
        {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
        absl::StatusCode::kUnimplemented,
@@ -109,10 +138,90 @@ TEST(ModelConfigTest, RejectsWhatIsNotImplemented) {
   }
 }
 
-TEST(ModelConfigTest, MistralWithoutWindowIsAccepted) {
-  nlohmann::json j = Base("MistralForCausalLM");
-  j["sliding_window"] = nullptr;
-  EXPECT_TRUE(ModelConfig::FromJson(j, "config.json").ok());
+TEST(ModelConfigTest, SlidingWindowLayersFollowEachArchitecture) {
+  struct Case {
+    std::string arch;
+    nlohmann::json patch;
+    int64_t window;
+    std::vector<bool> windowed;
+  };
+  nlohmann::json four_layers = {{"num_hidden_layers", 4}};
+  const std::vector<Case> cases = {
+      // transformers' default window when the field is absent; null means none.
+      {"MistralForCausalLM", {}, 4096, {true, true, true, true}},
+      {"MistralForCausalLM", {{"sliding_window", nullptr}}, 0, {false, false, false, false}},
+      {"Phi3ForCausalLM", {}, 0, {false, false, false, false}},
+      {"Phi3ForCausalLM", {{"sliding_window", 2047}}, 2047, {true, true, true, true}},
+      {"Gemma2ForCausalLM", {{"sliding_window", 8}}, 8, {true, false, true, false}},
+      {"Qwen2ForCausalLM", {{"sliding_window", 8}}, 8, {false, false, false, false}},
+      {"Qwen3ForCausalLM",
+       {{"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1}},
+       8,
+       {false, true, true, true}},
+      {"Qwen3ForCausalLM",
+       {{"sliding_window", 8},
+        {"layer_types",
+         {"sliding_attention", "full_attention", "sliding_attention", "full_attention"}}},
+       8,
+       {true, false, true, false}},
+      {"LlamaForCausalLM", {{"sliding_window", 8}}, 0, {false, false, false, false}},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = Base(c.arch);
+    j.update(four_layers);
+    if (!c.patch.is_null()) j.update(c.patch);
+    auto parsed = ModelConfig::FromJson(j, "config.json");
+    ASSERT_TRUE(parsed.ok()) << c.arch << " " << c.patch << ": " << parsed.status();
+    std::vector<bool> windowed;
+    for (int64_t i = 0; i < 4; ++i) windowed.push_back(parsed->windowed(i));
+    EXPECT_EQ(windowed, c.windowed) << c.arch << " " << c.patch;
+    EXPECT_EQ(parsed->windowed(0) || parsed->windowed(1) ? parsed->sliding_window : 0,
+              c.windowed[0] || c.windowed[1] ? c.window : 0)
+        << c.arch << " " << c.patch;
+  }
+}
+
+TEST(ModelConfigTest, FamiliesReadTheirOwnFields) {
+  nlohmann::json gemma = Base("Gemma2ForCausalLM");
+  gemma["query_pre_attn_scalar"] = 144;
+  gemma["final_logit_softcapping"] = nullptr;
+  auto g = ModelConfig::FromJson(gemma, "config.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->head_dim, 256);  // transformers' Gemma 2 default, not hidden / heads
+  EXPECT_TRUE(g->tie_word_embeddings);
+  EXPECT_EQ(g->activation, Activation::kGeluTanh);
+  EXPECT_DOUBLE_EQ(g->attention_scale(), 1.0 / 12.0);
+  EXPECT_EQ(g->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(g->final_logit_softcapping, 0.0);
+  EXPECT_TRUE(g->scale_embeddings && g->norm_weight_plus_one && g->sandwich_norms);
+
+  auto q = ModelConfig::FromJson(Base("Qwen3ForCausalLM"), "config.json");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->head_dim, 128);
+  EXPECT_TRUE(q->qk_norm);
+  EXPECT_FALSE(q->attention_bias || q->tie_word_embeddings);
+
+  nlohmann::json phi = Base("Phi3ForCausalLM");
+  phi["partial_rotary_factor"] = 0.5;
+  phi["max_position_embeddings"] = 131072;
+  phi["original_max_position_embeddings"] = 4096;
+  phi["rope_scaling"] = {{"type", "su"},
+                         {"short_factor", std::vector<double>(4, 1.0)},
+                         {"long_factor", std::vector<double>(4, 2.0)}};
+  auto p = ModelConfig::FromJson(phi, "config.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->fused_projections);
+  EXPECT_EQ(p->rotary_dim, 8);
+  EXPECT_EQ(p->rope_scaling.type, RopeScaling::Type::kLongRope);
+  EXPECT_EQ(p->rope_scaling.original_max_position, 4096);
+  EXPECT_NEAR(p->rope_scaling.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)),
+              1e-12);
+  // Each family's config.json reads back as written.
+  for (const ModelConfig& c : {*g, *q, *p}) {
+    auto again = ModelConfig::FromJson(c.ToJson(), "again");
+    ASSERT_TRUE(again.ok()) << c.architecture_name << ": " << again.status();
+    EXPECT_EQ(again->ToJson(), c.ToJson()) << c.architecture_name;
+  }
 }
 
 }  // namespace

@@ -17,14 +17,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::shared_ptr<const Model> TinyModel() {
-  const fs::path dir = fs::path(::testing::TempDir()) / "gpe_paged_attention_test";
+// A tiny random model of `o.arch` (a byte-level vocabulary).
+std::shared_ptr<const Model> TinyModel(MakeModelOptions o = {.arch = "llama"}) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("gpe_paged_attention_test_" + o.arch);
   fs::remove_all(dir);
   fs::create_directories(dir / "tok");
   std::ofstream((dir / "tok" / "tokenizer.json").string())
       << tokenizer::testing::ByteLevelJson({}, {}).dump();
-  MakeModelOptions o;
-  o.arch = "llama";
   o.tokenizer_dir = (dir / "tok").string();
   o.seed = 11;
   o.init_std = 0.2;
@@ -163,32 +162,73 @@ void ExpectMatchesFullForward(const Model& model, const Session& s, const std::s
   }
 }
 
+// The families' tiny test models, windows shorter than the sessions' contexts (so that the
+// window cuts source and target keys), soft-capping active, longrope switching factors within
+// a session.
+std::vector<MakeModelOptions> Families() {
+  return {
+      {.arch = "llama"},
+      {.arch = "mistral", .sliding_window = 3},
+      {.arch = "gemma2",
+       .sliding_window = 4,
+       .attn_logit_softcapping = 0.5,
+       .final_logit_softcapping = 2.0},
+      {.arch = "qwen3", .sliding_window = 3, .max_window_layers = 1},
+      {.arch = "phi3",
+       .rope_scaling = "longrope",
+       .sliding_window = 5,
+       .partial_rotary_factor = 0.5,
+       .original_max_position_embeddings = 12},
+  };
+}
+
+// Each row keeps its last `window` allowed keys, whatever the mask's shape.
+TEST(PagedAttentionTest, WindowMaskKeepsTheLastVisibleKeysOfEachRow) {
+  const torch::Tensor allowed = torch::rand({7, 11}) > 0.4;
+  for (int64_t window : {0, 1, 3, 20}) {
+    const torch::Tensor got = WindowMask(allowed, window);
+    for (int64_t r = 0; r < 7; ++r) {
+      int64_t seen = 0;
+      for (int64_t c = 10; c >= 0; --c) {
+        const bool visible = allowed[r][c].item<bool>();
+        seen += visible;
+        EXPECT_EQ(got[r][c].item<bool>(), visible && (window == 0 || seen <= window))
+            << "window " << window << " row " << r << " key " << c;
+      }
+    }
+  }
+}
+
 // Invariant 1: reads, writes and roll-backs of two sessions batched over the paged cache give
-// the logits of one full forward per session with the GPE positions and mask.
+// the logits of one full forward per session with the GPE positions and mask (a windowed layer
+// sees the last W keys of its row in cache order: source, then target), for every family.
 TEST(PagedAttentionTest, IncrementalGroupStreamingEqualsFullForward) {
-  auto model = TinyModel();
-  ASSERT_NE(model, nullptr);
-  for (int block_size : {1, 2, 16}) {
-    PagedRun run(*model, block_size, 64);
-    Session a, b;
-    a.phi = 0;
-    b.phi = 10;
-    run.Step({{&a, false, {11, 12, 13, 40, 41}}, {&b, false, {11, 12, 13, 70}}});
-    run.Step({{&a, true, {20, 21, 22}}, {&b, false, {71}}});
-    run.Step({{&a, true, {50}}, {&b, true, {20, 21}}});
-    run.RollBack(a, 1);  // the token before the new word is fed again after the next read
-    run.Step({{&a, false, {42}}, {&b, true, {80}}});
-    run.Step({{&b, true, {81}}, {&a, true, {50}}});
-    run.Step({{&a, true, {51, 52}}});
-    run.RollBack(b, 1);
-    run.Step({{&b, false, {72, 73}}});
-    run.Step({{&b, true, {81}}, {&a, false, {43}}});
-    ExpectMatchesFullForward(*model, a, "session a, block size " + std::to_string(block_size));
-    ExpectMatchesFullForward(*model, b, "session b, block size " + std::to_string(block_size));
-    // Invariant 4: after the sessions end, the pool is full again.
-    run.Release(a);
-    run.Release(b);
-    EXPECT_EQ(run.allocator().free_blocks(), 64);
+  for (const MakeModelOptions& family : Families()) {
+    auto model = TinyModel(family);
+    ASSERT_NE(model, nullptr);
+    for (int block_size : {1, 2, 16}) {
+      PagedRun run(*model, block_size, 64);
+      Session a, b;
+      a.phi = 0;
+      b.phi = 10;
+      run.Step({{&a, false, {11, 12, 13, 40, 41}}, {&b, false, {11, 12, 13, 70}}});
+      run.Step({{&a, true, {20, 21, 22}}, {&b, false, {71}}});
+      run.Step({{&a, true, {50}}, {&b, true, {20, 21}}});
+      run.RollBack(a, 1);  // the token before the new word is fed again after the next read
+      run.Step({{&a, false, {42}}, {&b, true, {80}}});
+      run.Step({{&b, true, {81}}, {&a, true, {50}}});
+      run.Step({{&a, true, {51, 52}}});
+      run.RollBack(b, 1);
+      run.Step({{&b, false, {72, 73}}});
+      run.Step({{&b, true, {81}}, {&a, false, {43}}});
+      const std::string name = family.arch + ", block size " + std::to_string(block_size);
+      ExpectMatchesFullForward(*model, a, "session a, " + name);
+      ExpectMatchesFullForward(*model, b, "session b, " + name);
+      // Invariant 4: after the sessions end, the pool is full again.
+      run.Release(a);
+      run.Release(b);
+      EXPECT_EQ(run.allocator().free_blocks(), 64);
+    }
   }
 }
 

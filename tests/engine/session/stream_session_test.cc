@@ -180,8 +180,13 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
   auto profile = policy::LoadProfile("qwen2.5");
   ASSERT_TRUE(profile.ok());
   std::mt19937 rng(3);
-  for (uint64_t seed = 1; seed <= 3; ++seed) {
-    Fixture f(TinyChatModel(seed));
+  // Three Qwen2 models, then one of each other family.
+  std::vector<std::pair<uint64_t, model::MakeModelOptions>> models = {{1, {}}, {2, {}}, {3, {}}};
+  for (const model::MakeModelOptions& family : testing::TestFamilies()) {
+    if (family.arch != "qwen2") models.push_back({4, family});
+  }
+  for (const auto& [seed, family] : models) {
+    Fixture f(TinyChatModel(seed, family));
     for (const Variant& variant : kVariants) {
       const Paradigm paradigm = variant.paradigm;
       for (int trial = 0; trial < 3; ++trial) {
@@ -203,8 +208,9 @@ TEST(StreamSessionTest, PagedSessionEqualsFullRecomputeInEveryParadigm) {
         ASSERT_TRUE(result.ok()) << result.status();
         const NaiveResult naive = NaiveRun(*f.m, options, segments);
         const std::string where =
-            "seed " + std::to_string(seed) + " paradigm " + std::string(ParadigmName(paradigm)) +
-            " compat " + policy::CompatName(variant.compat) + " trial " + std::to_string(trial);
+            (family.arch.empty() ? "qwen2" : family.arch) + " seed " + std::to_string(seed) +
+            " paradigm " + std::string(ParadigmName(paradigm)) + " compat " +
+            policy::CompatName(variant.compat) + " trial " + std::to_string(trial);
         EXPECT_EQ(result->output, naive.output) << where;
         EXPECT_EQ((*session)->delays(), naive.delays) << where;
         EXPECT_FALSE(result->output.empty()) << where;
