@@ -43,8 +43,9 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
   });
 }
 
-absl::StatusOr<session::SessionOptions> SessionFlags::Resolve() const {
-  auto loaded = policy::LoadProfile(profile);
+absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(
+    const std::string& model_type) const {
+  auto loaded = policy::LoadProfile(policy::ResolveProfileName(profile, model_type));
   if (!loaded.ok()) return loaded.status();
   session::SessionOptions resolved = options;
   resolved.profile = *std::move(loaded);
@@ -79,7 +80,9 @@ void AddCompatFlag(FlagSet& flags, policy::Compat* compat) {
 
 void AddSessionFlags(FlagSet& flags, SessionFlags* session) {
   flags.Add("profile", "NAME|FILE",
-            "prompt profile (qwen2.5, llama3, gemma2, phi3, or a JSON file)", &session->profile);
+            "prompt profile: auto (the model's chat format), qwen2.5, qwen3, llama3, gemma2, "
+            "phi3, or a JSON file",
+            &session->profile);
   flags.Add("instruction", "TEXT", "override the profile's instruction", &session->instruction);
   flags.Add("phi", "N", "first target position id (default: the profile's)", &session->phi,
             {.min = 0});

@@ -42,12 +42,13 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config);
 
 // What a session runs: its prompt profile and its policy.
 struct SessionFlags {
-  std::string profile = "qwen2.5";         // a built-in profile's name or a JSON file
+  std::string profile = "auto";            // a built-in profile's name, a JSON file, or auto
   std::optional<std::string> instruction;  // unset: the profile's
   std::optional<int64_t> phi;              // unset: the profile's
   session::SessionOptions options;         // policy and paradigm; the profile is Resolve's
-  // The options with the profile loaded and the instruction and phi applied.
-  absl::StatusOr<session::SessionOptions> Resolve() const;
+  // The options with the profile loaded (auto: the one of `model_type`, the model's
+  // config.json model_type) and the instruction and phi applied.
+  absl::StatusOr<session::SessionOptions> Resolve(const std::string& model_type) const;
 };
 // --profile, --instruction, --phi, --wait_k, --split, --paradigm (gpe, reencode, interleaved),
 // --compat, --max_new_tokens.

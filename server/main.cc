@@ -69,7 +69,7 @@ absl::Status WarmUp(engine::Engine& engine, const engine::SessionConfig& base) {
 // Everything the command line sets.
 struct Flags {
   flags::ModelFlags model;
-  std::string profile = "qwen2.5";
+  std::string profile = policy::kAutoProfile;
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9090";
   engine::EngineConfig engine;
@@ -93,8 +93,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
   ServiceConfig& service = out->service;
   flags::AddModelFlags(flags, &out->model);
   flags.Add("profile", "NAME|FILE",
-            "default prompt profile (qwen2.5, llama3, gemma2, phi3, or a JSON file); sessions "
-            "may also name any built-in profile",
+            "default prompt profile: auto (the model's chat format, by its config.json "
+            "model_type), qwen2.5, qwen3, llama3, gemma2, phi3, or a JSON file; "
+            "sessions may also name any built-in profile, or auto",
             &out->profile);
   flags.Add("listen", "HOST:PORT", "gRPC address (port 0: any free port)", &out->listen);
   flags.Add("metrics_listen", "HOST:PORT", "Prometheus /metrics address; 'none': off",
@@ -160,10 +161,6 @@ absl::StatusOr<Parts> Build(Flags& flags) {
     if (!profile.ok()) return profile.status();
     service_config.profiles[name] = *profile;
   }
-  auto profile = policy::LoadProfile(flags.profile);
-  if (!profile.ok()) return profile.status();
-  service_config.default_profile = profile->name.empty() ? flags.profile : profile->name;
-  service_config.profiles[service_config.default_profile] = *profile;
   if (flags.auth_token_file) {
     auto token = ReadFile(*flags.auth_token_file);
     if (!token.ok()) return token.status();
@@ -194,6 +191,16 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   }
   parts.model = *model;
   std::cout << "gpeserve: " << parts.model->kernel_path() << std::endl;
+  // auto: the model's chat format; a session may name it too.
+  const std::string profile_name =
+      policy::ResolveProfileName(flags.profile, parts.model->config().model_type());
+  auto profile = policy::LoadProfile(profile_name);
+  if (!profile.ok()) return profile.status();
+  service_config.default_profile = profile->name.empty() ? profile_name : profile->name;
+  service_config.profiles[service_config.default_profile] = *profile;
+  service_config.profiles[policy::kAutoProfile] =
+      service_config.profiles.at(policy::ResolveProfileName(
+          policy::kAutoProfile, parts.model->config().model_type()));
 
   parts.metrics = std::make_unique<Metrics>(service_config.model_name);
   if (flags.metrics_listen != "none") {

@@ -186,11 +186,6 @@ int EvalCommand(int argc, char** argv, int first) {
     return 2;
   }
   if (batch) session.options.paradigm = session::Paradigm::kBatch;
-  auto resolved = session.Resolve();
-  if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
-  const session::SessionOptions& options = *resolved;
-  const std::string paradigm(session::ParadigmName(options.paradigm));
-  const int wait_k = options.policy.wait_k;
 
   auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));
@@ -199,6 +194,11 @@ int EvalCommand(int argc, char** argv, int first) {
   auto model = model_flags.dir ? model::Model::Load(*model_flags.dir, model_flags.options)
                                : model::LoadDefaultModel(model_flags.options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
+  auto resolved = session.Resolve((*model)->config().model_type());
+  if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
+  const session::SessionOptions& options = *resolved;
+  const std::string paradigm(session::ParadigmName(options.paradigm));
+  const int wait_k = options.policy.wait_k;
   std::cerr << "gpe: " << (*model)->kernel_path() << "\n";
   std::ofstream out;
   if (out_path) {

@@ -34,8 +34,16 @@ struct Profile {
   static absl::StatusOr<Profile> FromJson(const nlohmann::json& json, const std::string& origin);
 };
 
-// Names of the built-in profiles: qwen2.5, llama3, gemma2, phi3.
+// Names of the built-in profiles: gemma2, llama3, phi3, qwen2.5, qwen3.
 std::vector<std::string> BuiltinProfileNames();
+
+// The profile name "auto" stands for the built-in profile of the model's chat format, chosen by
+// its config.json model_type (qwen2: qwen2.5, qwen3: qwen3, llama: llama3, gemma2: gemma2,
+// phi3: phi3; anything else, Mistral included, qwen2.5: Mistral's [INST] format has no target
+// header for the target group to start from, so a Mistral model serves the profile it was
+// fine-tuned with). Other names are returned unchanged.
+inline constexpr char kAutoProfile[] = "auto";
+std::string ResolveProfileName(const std::string& name, const std::string& model_type);
 // A built-in profile by name, or a JSON file by path (anything containing '/' or ending in
 // ".json"). Errors name the profile or file and the field.
 absl::StatusOr<Profile> LoadProfile(const std::string& name_or_path);

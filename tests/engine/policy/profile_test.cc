@@ -10,7 +10,7 @@ namespace {
 
 TEST(ProfileTest, BuiltinsLoadAndBuildThePrefix) {
   EXPECT_EQ(BuiltinProfileNames(),
-            (std::vector<std::string>{"gemma2", "llama3", "phi3", "qwen2.5"}));
+            (std::vector<std::string>{"gemma2", "llama3", "phi3", "qwen2.5", "qwen3"}));
   for (const std::string& name : BuiltinProfileNames()) {
     auto p = LoadProfile(name);
     ASSERT_TRUE(p.ok()) << p.status();
