@@ -268,9 +268,13 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   std::cout << "\nGB/s: weight bytes a step reads over its time; %read: the read roofline's "
                "time over the step's;\nx"
             << base << ": speed relative to " << base << " (higher is faster); Nr/" << r0
-            << "r: time of a step of N rows over one of " << r0 << " (lower is better);\n"
-            << all_threads << "t/" << fewer_threads << "t: the speedup of " << all_threads
-            << " threads over " << fewer_threads << " (higher is better).\n";
+            << "r: time of a step of N rows over one of " << r0 << " (lower is better)"
+            << (fewer_threads > 0 && fewer_threads < all_threads ? ";" : ".\n");
+  if (fewer_threads > 0 && fewer_threads < all_threads) {
+    std::cout << "\n"
+              << all_threads << "t/" << fewer_threads << "t: the speedup of " << all_threads
+              << " threads over " << fewer_threads << " (higher is better).\n";
+  }
   return 0;
 }
 

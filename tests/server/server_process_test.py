@@ -261,6 +261,43 @@ def main():
             lines = lambda out: out.splitlines()[0] + re.search(r"AL = \S+  LAAL = \S+", out)[0]
             check(f"same BLEU, AL and LAAL (compat {compat})", lines(r.stdout) == lines(r2.stdout),
                   (r.stdout, r2.stdout))
+    # ---- Each model family served with its own profile: ListModels says the architecture
+    # and the profile auto picked; live sessions equal gpe eval offline. ----
+    for arch, flags_, cls, profile in [
+            ("gemma2", ["--sliding_window", "6", "--final_logit_softcapping", "3"],
+             "Gemma2ForCausalLM", "gemma2"),
+            ("qwen3", ["--sliding_window", "5", "--max_window_layers", "1"], "Qwen3ForCausalLM",
+             "qwen3"),
+            ("phi3", ["--sliding_window", "7", "--rope_scaling", "longrope",
+                      "--original_max_position_embeddings", "16"], "Phi3ForCausalLM", "phi3")]:
+        family_dir = os.path.join(a.work, "model-" + arch)
+        r = subprocess.run([a.gpe, "make-model", "--arch", arch, "--tokenizer", a.tokenizer,
+                            "--out", family_dir, "--init_std", "0.3", "--seed", "5"] + flags_,
+                           capture_output=True, text=True)
+        check(f"make-model --arch {arch}", r.returncode == 0, r.stderr)
+        family = Server(a.gpeserve, "--model", family_dir, "--drain_seconds", "1")
+        listed = pb_grpc.GpeserveStub(grpc.insecure_channel(family.address)).ListModels(
+            pb.ListModelsRequest(), timeout=10).models
+        check(f"ListModels: {arch} folder served as {cls} with the {profile} profile",
+              len(listed) == 1 and listed[0].architecture == cls and
+              listed[0].default_profile == profile, listed)
+        live_out = os.path.join(a.work, f"live-{arch}.jsonl")
+        offline_out = os.path.join(a.work, f"off-{arch}.jsonl")
+        flags_ = ["--data", data, "--wait_k", "2", "--max_new_tokens", "12"]
+        r = client("eval", "--server", family.address, "--concurrency", "3",
+                   "--words_per_second", "40", "--out", live_out, *flags_)
+        r2 = subprocess.run([a.gpe, "eval", "--model", family_dir, "--threads", "1", "--out",
+                             offline_out, *flags_], capture_output=True, text=True)
+        check(f"{arch}: gpe-client eval and gpe eval run", r.returncode == 0 and
+              r2.returncode == 0, (r, r2.stderr))
+        if r.returncode == 0 and r2.returncode == 0:
+            live = [json.loads(line) for line in open(live_out)]
+            offline = [json.loads(line) for line in open(offline_out)]
+            check(f"{arch}: live (server) == offline (gpe eval)",
+                  [(x["output_ids"], x["delays"]) for x in live] ==
+                  [(x["output_ids"], x["delays"]) for x in offline], (live, offline))
+        check(f"{arch} server exits 0", family.stop() == 0, "".join(family.lines))
+
     r = client("bench", "--server", served.address, "--sessions", "3", "--duration", "1",
                "--words", "6", "--words_per_second", "0", "--max_new_tokens", "8")
     m = re.search(r"completed (\d+) sessions", r.stdout)
