@@ -170,6 +170,10 @@ absl::StatusOr<Parts> Build(Flags& flags) {
     }
   }
 
+  // A named profile is checked before the model loads; auto needs the model's type.
+  if (flags.profile != policy::kAutoProfile) {
+    if (auto early = policy::LoadProfile(flags.profile); !early.ok()) return early.status();
+  }
   Parts parts;
   absl::StatusOr<std::shared_ptr<const model::Model>> model;
   std::string model_dir = "(built-in default model)";

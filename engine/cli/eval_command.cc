@@ -186,6 +186,12 @@ int EvalCommand(int argc, char** argv, int first) {
     return 2;
   }
   if (batch) session.options.paradigm = session::Paradigm::kBatch;
+  // A named profile is checked before the model loads; auto needs the model's type.
+  if (session.profile != policy::kAutoProfile) {
+    if (auto early = policy::LoadProfile(session.profile); !early.ok()) {
+      return Fail(std::string(early.status().message()));
+    }
+  }
 
   auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));

@@ -97,9 +97,9 @@ int MakeModelCommand(int argc, char** argv, int first) {
                   &o.tie_word_embeddings);
   flags.Add("rope_scaling", "none|linear|llama3|longrope",
             "override: rotary scaling (longrope: phi3)", &o.rope_scaling);
-  AddBoolOverride(flags, "attention_bias",
-                  "override (llama, mistral, gemma2, qwen3): q/k/v/o biases", &o.attention_bias);
-  AddBoolOverride(flags, "mlp_bias", "override (llama, mistral): MLP biases", &o.mlp_bias);
+  AddBoolOverride(flags, "attention_bias", "override (llama, gemma2, qwen3): q/k/v/o biases",
+                  &o.attention_bias);
+  AddBoolOverride(flags, "mlp_bias", "override (llama): MLP biases", &o.mlp_bias);
   flags.Add("sliding_window", "N",
             "override: sliding-window width, 0 = none (mistral, phi3, gemma2's even layers; "
             "qwen2/qwen3 from --max_window_layers on)",

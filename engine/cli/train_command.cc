@@ -95,7 +95,7 @@ int TrainCommand(int argc, char** argv, int first) {
       "flags). fp32 on the CPU, or --device cuda.");
   train::TrainConfig config;
   std::optional<std::string> init_dir, data_path, out_dir, resume, instruction;
-  std::string source_key = "en", target_key = "de", profile_name = "qwen2.5";
+  std::string source_key = "en", target_key = "de", profile_name = policy::kAutoProfile;
   int epochs = 1, batch_size = 8, accum = 1, save_every = 0, log_every = 10;
   uint64_t seed = 0;
   // The trainer takes fp32 weights whatever the folder holds.
@@ -121,7 +121,10 @@ int TrainCommand(int argc, char** argv, int first) {
   flags.Add("batch_fraction", "P", "mixed: share of examples trained in batch mode",
             &config.batch_fraction, {.min = 0, .max = 1});
   flags.Add("resume", "DIR", "a checkpoint-STEP folder of an earlier run to continue", &resume);
-  flags.Add("profile", "NAME|FILE", "prompt profile", &profile_name);
+  flags.Add("profile", "NAME|FILE",
+            "prompt profile: auto (the model's chat format, as gpeserve serves it), a built-in "
+            "one's name, or a JSON file",
+            &profile_name);
   flags.Add("instruction", "TEXT", "override the profile's instruction", &instruction);
   flags.Add("epochs", "N", "passes over the data", &epochs, {.min = 1});
   flags.Add("lr", "X", "peak learning rate", &config.lr);
@@ -151,12 +154,13 @@ int TrainCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: --init, --data and --out are required\n\n" << flags.Help();
     return 2;
   }
-  auto profile = policy::LoadProfile(profile_name);
-  if (!profile.ok()) {
-    std::cerr << "gpe: " << profile.status().message() << "\n";
-    return 1;
+  // A named profile is checked before the model loads; auto needs the model's type.
+  if (profile_name != policy::kAutoProfile) {
+    if (auto early = policy::LoadProfile(profile_name); !early.ok()) {
+      std::cerr << "gpe: " << early.status().message() << "\n";
+      return 1;
+    }
   }
-  if (instruction) profile->instruction = *instruction;
   auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) {
     std::cerr << "gpe: " << data.status().message() << "\n";
@@ -171,6 +175,13 @@ int TrainCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: " << model.status().message() << "\n";
     return 1;
   }
+  auto profile = policy::LoadProfile(
+      policy::ResolveProfileName(profile_name, (*model)->config().model_type()));
+  if (!profile.ok()) {
+    std::cerr << "gpe: " << profile.status().message() << "\n";
+    return 1;
+  }
+  if (instruction) profile->instruction = *instruction;
   const int64_t micro_batches = (static_cast<int64_t>(data->size()) + batch_size - 1) / batch_size;
   config.total_steps = static_cast<int>(std::max<int64_t>(1, epochs * micro_batches / accum));
   auto trainer = train::Trainer::Create(*model, *profile, config);

@@ -95,6 +95,11 @@ absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& nam
   }
   if (type == "default" || type.empty()) return absl::OkStatus();
   out->factor = NumberOr(*it, "factor", 1.0);
+  if (c->architecture == Architecture::kPhi3 && type != "longrope" && type != "su" &&
+      type != "yarn") {
+    return Unsupported(name, "rope_scaling.type",
+                       absl::StrCat("'", type, "': Phi3ForCausalLM takes longrope only"));
+  }
   if (type == "linear") {
     out->type = RopeScaling::Type::kLinear;
     return absl::OkStatus();
@@ -151,73 +156,90 @@ absl::StatusOr<double> SoftCap(const nlohmann::json& json, const std::string& na
   return it->get<double>();
 }
 
-// Which layers use the sliding window: config.json's layer_types when present (newer
-// transformers write it), otherwise the architecture's rule.
+// A non-negative integer field; `fallback` when absent or null.
+absl::StatusOr<int64_t> NonNegativeInt(const nlohmann::json& json, const std::string& name,
+                                       const std::string& field, int64_t fallback) {
+  const auto it = json.find(field);
+  if (it == json.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return FieldError(name, field, "expected a non-negative integer");
+  }
+  return it->get<int64_t>();
+}
+
+// The windowed layers by the architecture's own rule (no layer_types): Mistral and Phi-3 every
+// layer, Gemma 2 the even ones, Qwen the layers from max_window_layers on when
+// use_sliding_window.
+std::vector<bool> WindowedByRule(const ModelConfig& c) {
+  std::vector<bool> windowed(c.num_layers, false);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    switch (c.architecture) {
+      case Architecture::kMistral:
+      case Architecture::kPhi3:
+        windowed[i] = true;
+        break;
+      case Architecture::kGemma2:
+        windowed[i] = i % 2 == 0;
+        break;
+      case Architecture::kQwen2:
+      case Architecture::kQwen3:
+        windowed[i] = c.use_sliding_window && i >= c.max_window_layers;
+        break;
+      case Architecture::kLlama:
+        break;
+    }
+  }
+  return windowed;
+}
+
+// The sliding window and which layers use it, as transformers reads them: the architecture's
+// rule, or config.json's layer_types where transformers reads it (Gemma 2, Qwen 2/3; Mistral
+// and Phi-3 window every layer whatever it says).
 absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& name,
                                 ModelConfig* c) {
-  // The window itself: transformers' default when the field is absent, none when null.
-  int64_t fallback = 0;
-  switch (c->architecture) {
-    case Architecture::kMistral:
-    case Architecture::kGemma2:
-    case Architecture::kQwen2:
-    case Architecture::kQwen3:
-      fallback = 4096;
-      break;
-    case Architecture::kLlama:
-      return absl::OkStatus();  // Llama has no window
-    case Architecture::kPhi3:
-      break;
+  const Architecture arch = c->architecture;
+  if (arch == Architecture::kLlama) return absl::OkStatus();  // Llama has no window
+  const bool qwen = arch == Architecture::kQwen2 || arch == Architecture::kQwen3;
+  if (qwen) {
+    c->use_sliding_window = BoolOr(json, "use_sliding_window", false);
+    auto max_window = NonNegativeInt(json, name, "max_window_layers", 28);
+    if (!max_window.ok()) return max_window.status();
+    c->max_window_layers = *max_window;
   }
-  if (auto w = json.find("sliding_window"); w == json.end()) {
+  // The window: transformers' default when the field is absent (4096; Phi-3 none), none when
+  // null; Qwen's is read only with use_sliding_window.
+  const int64_t fallback = arch == Architecture::kPhi3 ? 0 : 4096;
+  if (qwen && !c->use_sliding_window) {
+    c->sliding_window = 0;
+  } else if (auto w = json.find("sliding_window"); w == json.end()) {
     c->sliding_window = fallback;
   } else if (!w->is_null()) {
     auto window = PositiveInt(json, name, "sliding_window");
     if (!window.ok()) return window.status();
     c->sliding_window = *window;
   }
-  c->windowed_layers.assign(c->num_layers, false);
-  if (auto types = json.find("layer_types"); types != json.end() && !types->is_null()) {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
-      return FieldError(name, "layer_types", "expected one entry per layer");
-    }
-    for (int64_t i = 0; i < c->num_layers; ++i) {
-      const nlohmann::json& t = (*types)[i];
-      if (t == "sliding_attention") {
-        c->windowed_layers[i] = true;
-      } else if (t != "full_attention") {
-        return FieldError(name, absl::StrCat("layer_types[", i, "]"),
-                          "expected \"full_attention\" or \"sliding_attention\"");
-      }
-    }
-    if (c->sliding_window == 0 &&
-        std::find(c->windowed_layers.begin(), c->windowed_layers.end(), true) !=
-            c->windowed_layers.end()) {
-      return FieldError(name, "sliding_window", "layer_types has sliding layers but no window");
-    }
+  c->windowed_layers = WindowedByRule(*c);
+  const auto types = json.find("layer_types");
+  if (types == json.end() || types->is_null() || !(qwen || arch == Architecture::kGemma2)) {
     return absl::OkStatus();
   }
-  switch (c->architecture) {
-    case Architecture::kMistral:
-    case Architecture::kPhi3:
-      c->windowed_layers.assign(c->num_layers, true);
-      break;
-    case Architecture::kGemma2:  // even layers (0, 2, ...) slide
-      for (int64_t i = 0; i < c->num_layers; i += 2) c->windowed_layers[i] = true;
-      break;
-    case Architecture::kQwen2:
-    case Architecture::kQwen3: {
-      c->use_sliding_window = BoolOr(json, "use_sliding_window", false);
-      auto max_window = PositiveInt(json, name, "max_window_layers", 28);
-      if (!max_window.ok()) return max_window.status();
-      c->max_window_layers = *max_window;
-      for (int64_t i = c->max_window_layers; c->use_sliding_window && i < c->num_layers; ++i) {
-        c->windowed_layers[i] = true;
-      }
-      break;
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
+    return FieldError(name, "layer_types", "expected one entry per layer");
+  }
+  for (int64_t i = 0; i < c->num_layers; ++i) {
+    const nlohmann::json& t = (*types)[i];
+    if (t != "sliding_attention" && t != "full_attention") {
+      return FieldError(name, absl::StrCat("layer_types[", i, "]"),
+                        "expected \"full_attention\" or \"sliding_attention\"");
     }
-    case Architecture::kLlama:
-      break;
+    c->windowed_layers[i] = t == "sliding_attention";
+  }
+  if (c->sliding_window == 0 &&
+      std::find(c->windowed_layers.begin(), c->windowed_layers.end(), true) !=
+          c->windowed_layers.end()) {
+    return FieldError(name, "layer_types",
+                      qwen ? "sliding layers need use_sliding_window and a sliding_window"
+                           : "sliding layers need a sliding_window");
   }
   return absl::OkStatus();
 }
@@ -333,10 +355,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
 
   // Gemma 2 names its activation hidden_activation (its hidden_act is ignored by transformers).
   const char* act_field = arch == Architecture::kGemma2 ? "hidden_activation" : "hidden_act";
-  const std::string act =
-      json.contains(act_field) && json[act_field].is_string()
-          ? json[act_field].get<std::string>()
-          : (arch == Architecture::kGemma2 ? "gelu_pytorch_tanh" : "silu");
+  if (json.contains(act_field) && !json[act_field].is_string()) {
+    return FieldError(name, act_field, "expected the activation's name");
+  }
+  const std::string act = json.contains(act_field)
+                              ? json[act_field].get<std::string>()
+                              : (arch == Architecture::kGemma2 ? "gelu_pytorch_tanh" : "silu");
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
   } else if (act == "gelu_pytorch_tanh") {
@@ -345,9 +369,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
     return Unsupported(name, act_field,
                        absl::StrCat("'", act, "' (implemented: silu, gelu_pytorch_tanh)"));
   }
-  c.rms_norm_eps = NumberOr(json, "rms_norm_eps", 1e-6);
+  // transformers' defaults where the field is absent.
+  c.rms_norm_eps = NumberOr(json, "rms_norm_eps", arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
   c.rope_theta = NumberOr(json, "rope_theta", 10000.0);
-  auto max_pos = PositiveInt(json, name, "max_position_embeddings", 32768);
+  const int64_t default_max_positions = arch == Architecture::kLlama     ? 2048
+                                        : arch == Architecture::kGemma2  ? 8192
+                                        : arch == Architecture::kPhi3    ? 4096
+                                        : arch == Architecture::kMistral ? 131072
+                                                                         : 32768;
+  auto max_pos = PositiveInt(json, name, "max_position_embeddings", default_max_positions);
   if (!max_pos.ok()) return max_pos.status();
   c.max_position_embeddings = *max_pos;
   if (absl::Status s = ParseRopeScaling(json, name, &c); !s.ok()) return s;
@@ -375,9 +405,10 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
       c.o_proj_bias = false;
       break;
     case Architecture::kLlama:
-    case Architecture::kMistral:
       c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
       c.mlp_bias = BoolOr(json, "mlp_bias", false);
+      break;
+    case Architecture::kMistral:  // no biases (transformers ignores attention_bias here)
       break;
     case Architecture::kQwen3:
       c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
@@ -459,10 +490,11 @@ nlohmann::json ModelConfig::ToJson() const {
       if (architecture == Architecture::kQwen3) j["attention_bias"] = attention_bias;
       break;
     case Architecture::kLlama:
-    case Architecture::kMistral:
       j["attention_bias"] = attention_bias;
       j["mlp_bias"] = mlp_bias;
-      if (architecture == Architecture::kMistral) j["sliding_window"] = window;
+      break;
+    case Architecture::kMistral:
+      j["sliding_window"] = window;
       break;
     case Architecture::kGemma2:
       j["attention_bias"] = attention_bias;
@@ -484,6 +516,13 @@ nlohmann::json ModelConfig::ToJson() const {
       // transformers' default (32000, Phi-3's own vocabulary) would not fit other vocabularies.
       j["pad_token_id"] = nullptr;
       break;
+  }
+  if (sliding_window > 0 && windowed_layers != WindowedByRule(*this)) {
+    nlohmann::json types = nlohmann::json::array();
+    for (bool windowed : windowed_layers) {
+      types.push_back(windowed ? "sliding_attention" : "full_attention");
+    }
+    j["layer_types"] = types;
   }
   if (int8_weights) j["quantization_config"] = Int8QuantizationConfig();
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;

@@ -230,17 +230,17 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
       c.rope_scaling.type != RopeScaling::Type::kLongRope) {
     return absl::InvalidArgumentError("original_max_position_embeddings is for longrope");
   }
-  const bool fixed_bias = a == Architecture::kQwen2 || phi3;
+  const bool fixed_bias = a == Architecture::kQwen2 || a == Architecture::kMistral || phi3;
   if (fixed_bias && (o.attention_bias.has_value() || o.mlp_bias.has_value())) {
     return absl::InvalidArgumentError(
-        "attention_bias / mlp_bias are fixed for qwen2 (q/k/v bias) and phi3 (none)");
+        "attention_bias / mlp_bias are fixed for qwen2 (q/k/v bias), mistral and phi3 (none)");
   }
-  if (o.mlp_bias.has_value() && a != Architecture::kLlama && a != Architecture::kMistral) {
-    return absl::InvalidArgumentError("mlp_bias is for llama and mistral only");
+  if (o.mlp_bias.has_value() && a != Architecture::kLlama) {
+    return absl::InvalidArgumentError("mlp_bias is for llama only");
   }
   if (a == Architecture::kQwen2) {
     c.attention_bias = true;
-  } else if (!phi3) {
+  } else if (!fixed_bias) {
     c.attention_bias = c.o_proj_bias = o.attention_bias.value_or(false);
     c.mlp_bias = o.mlp_bias.value_or(false);
   }

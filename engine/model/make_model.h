@@ -35,8 +35,8 @@ struct MakeModelOptions {
   std::optional<int64_t> max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
   std::optional<std::string> rope_scaling;  // none | linear | llama3 | longrope (phi3)
-  std::optional<bool> attention_bias;       // llama / mistral / gemma2 / qwen3 only
-  std::optional<bool> mlp_bias;             // llama / mistral only
+  std::optional<bool> attention_bias;       // llama / gemma2 / qwen3 only
+  std::optional<bool> mlp_bias;             // llama only
   // Sliding window (mistral, gemma2, phi3; qwen2/qwen3 window their layers from
   // max_window_layers on); 0: none.
   std::optional<int64_t> sliding_window;

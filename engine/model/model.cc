@@ -333,6 +333,13 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   }
   auto serving = ResolveServingDtype(*dtype, *stored, *device, dir);
   if (!serving.ok()) return serving.status();
+  // On CUDA activations run in the serving dtype; Gemma 2's overflow fp16 (transformers warns
+  // likewise). The CPU computes in fp32 whatever the weights.
+  if (device->is_cuda() && *serving == ServingDtype::kF16 &&
+      c.architecture == Architecture::kGemma2) {
+    return absl::FailedPreconditionError(
+        "Gemma 2's activations overflow fp16: serve it on CUDA with --dtype bf16 (or fp32)");
+  }
   model->weight_dtype_ = *serving;
   model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
   model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device);
@@ -634,8 +641,23 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
 
 int64_t Model::weight_bytes() const {
   int64_t bytes = 0;
-  for (const auto& [name, w] : NamedWeights(config_, weights_))
-    bytes += w.numel() * w.element_size();
+  auto add = [&bytes](const torch::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * t.element_size();
+  };
+  auto add_matrix = [&add](const Matrix& m) {
+    add(m.data);
+    add(m.scale);
+  };
+  add_matrix(weights_.embed);
+  if (!config_.tie_word_embeddings) add_matrix(weights_.lm_head);
+  add(weights_.final_norm);
+  for (LayerWeights layer : weights_.layers) {  // a copy of handles: ForEachTensor is mutable
+    layer.ForEachTensor(add);
+    for (const Matrix* m : {&layer.q_w, &layer.k_w, &layer.v_w, &layer.o_w, &layer.gate_w,
+                            &layer.up_w, &layer.down_w}) {
+      add(m->scale);
+    }
+  }
   return bytes;
 }
 

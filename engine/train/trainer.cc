@@ -35,6 +35,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   if (config.batch_fraction < 0 || config.batch_fraction > 1) {
     return absl::InvalidArgumentError("batch_fraction must be between 0 and 1");
   }
+  if (init->weights().embed.scale.defined()) {
+    return absl::InvalidArgumentError(
+        "the init model is held as int8: load it with dtype fp32 (int8 weights cannot train)");
+  }
   if (init->tokenizer() == nullptr) {
     return absl::InvalidArgumentError("the init model folder has no tokenizer.json");
   }
@@ -293,6 +297,7 @@ torch::Tensor Trainer::Logits(const std::vector<int64_t>& tokens,
 absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_dir,
                            model::DType dtype) const {
   namespace fs = std::filesystem;
+  torch::NoGradGuard no_grad;  // fused projections are concatenated for the file
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error) return absl::UnavailableError(out_dir + ": " + error.message());

@@ -79,7 +79,7 @@ TEST(ModelConfigTest, RejectsWhatIsNotImplemented) {
       {"Phi3ForCausalLM",
        {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}},
        absl::StatusCode::kUnimplemented,
-       "rope_scaling.rope_type: 'dynamic'"},
+       "rope_scaling.type: 'dynamic': Phi3ForCausalLM takes longrope only"},
       {"Gemma2ForCausalLM",
        {{"hidden_activation", "gelu"}},
        absl::StatusCode::kUnimplemented,
@@ -88,12 +88,20 @@ TEST(ModelConfigTest, RejectsWhatIsNotImplemented) {
        {{"attn_logit_softcapping", -1}},
        absl::StatusCode::kInvalidArgument,
        "attn_logit_softcapping: expected a positive number or null"},
-      {"MistralForCausalLM",
+      {"Gemma2ForCausalLM",
        {{"layer_types", {"full_attention"}}},
        absl::StatusCode::kInvalidArgument,
        "layer_types: expected one entry per layer"},
       {"Qwen3ForCausalLM",
-       {{"layer_types", {"full_attention", "chunked_attention"}}},
+       {{"layer_types", {"sliding_attention", "full_attention"}}},
+       absl::StatusCode::kInvalidArgument,
+       "layer_types: sliding layers need use_sliding_window"},
+      {"MistralForCausalLM",
+       {{"attention_bias", true}, {"hidden_act", 3}},
+       absl::StatusCode::kInvalidArgument,
+       "hidden_act: expected the activation's name"},
+      {"Qwen3ForCausalLM",
+       {{"use_sliding_window", true}, {"layer_types", {"full_attention", "chunked_attention"}}},
        absl::StatusCode::kInvalidArgument,
        "layer_types[1]"},
       {"MistralForCausalLM",
@@ -158,8 +166,21 @@ TEST(ModelConfigTest, SlidingWindowLayersFollowEachArchitecture) {
        {{"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1}},
        8,
        {false, true, true, true}},
-      {"Qwen3ForCausalLM",
+      // max_window_layers 0: every layer.
+      {"Qwen2ForCausalLM",
+       {{"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 0}},
+       8,
+       {true, true, true, true}},
+      // Mistral windows every layer whatever layer_types says (transformers ignores it there).
+      {"MistralForCausalLM",
        {{"sliding_window", 8},
+        {"layer_types",
+         {"full_attention", "full_attention", "full_attention", "full_attention"}}},
+       8,
+       {true, true, true, true}},
+      {"Qwen3ForCausalLM",
+       {{"use_sliding_window", true},
+        {"sliding_window", 8},
         {"layer_types",
          {"sliding_attention", "full_attention", "sliding_attention", "full_attention"}}},
        8,
@@ -178,6 +199,11 @@ TEST(ModelConfigTest, SlidingWindowLayersFollowEachArchitecture) {
     EXPECT_EQ(parsed->windowed(0) || parsed->windowed(1) ? parsed->sliding_window : 0,
               c.windowed[0] || c.windowed[1] ? c.window : 0)
         << c.arch << " " << c.patch;
+    // The config.json gpeserve writes reads back with the same windows.
+    auto again = ModelConfig::FromJson(parsed->ToJson(), "again");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->windowed_layers, parsed->windowed_layers) << c.arch << " " << c.patch;
+    EXPECT_EQ(again->sliding_window, parsed->sliding_window) << c.arch << " " << c.patch;
   }
 }
 
