@@ -43,8 +43,7 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
   });
 }
 
-absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(
-    const std::string& model_type) const {
+absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(const std::string& model_type) const {
   auto loaded = policy::LoadProfile(policy::ResolveProfileName(profile, model_type));
   if (!loaded.ok()) return loaded.status();
   session::SessionOptions resolved = options;

@@ -202,9 +202,8 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   if (!profile.ok()) return profile.status();
   service_config.default_profile = profile->name.empty() ? profile_name : profile->name;
   service_config.profiles[service_config.default_profile] = *profile;
-  service_config.profiles[policy::kAutoProfile] =
-      service_config.profiles.at(policy::ResolveProfileName(
-          policy::kAutoProfile, parts.model->config().model_type()));
+  service_config.profiles[policy::kAutoProfile] = service_config.profiles.at(
+      policy::ResolveProfileName(policy::kAutoProfile, parts.model->config().model_type()));
 
   parts.metrics = std::make_unique<Metrics>(service_config.model_name);
   if (flags.metrics_listen != "none") {

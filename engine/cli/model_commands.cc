@@ -106,9 +106,8 @@ int MakeModelCommand(int argc, char** argv, int first) {
             &o.sliding_window, {.min = 0});
   flags.Add("max_window_layers", "N", "override (qwen2, qwen3): first windowed layer",
             &o.max_window_layers, {.min = 0});
-  flags.Add("attn_logit_softcapping", "X",
-            "override (gemma2): attention-score soft cap, 0 = none", &o.attn_logit_softcapping,
-            {.min = 0});
+  flags.Add("attn_logit_softcapping", "X", "override (gemma2): attention-score soft cap, 0 = none",
+            &o.attn_logit_softcapping, {.min = 0});
   flags.Add("final_logit_softcapping", "X", "override (gemma2): final-logit soft cap, 0 = none",
             &o.final_logit_softcapping, {.min = 0});
   flags.Add("partial_rotary_factor", "X", "override (phi3): share of head_dim that rotates",

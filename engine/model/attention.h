@@ -55,8 +55,8 @@ class DenseAttention : public AttentionContext {
   DenseAttention(std::vector<torch::Tensor> past_k, std::vector<torch::Tensor> past_v,
                  torch::Tensor allowed);
 
-  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q,
-                       const torch::Tensor& k, const torch::Tensor& v) override;
+  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
 
   // The new tokens' K/V per layer, [T, Hkv, D], after the forward call.
   const std::vector<torch::Tensor>& new_k() const { return new_k_; }
@@ -82,14 +82,14 @@ class PaddedAttention : public AttentionContext {
  public:
   PaddedAttention(torch::Tensor rows, torch::Tensor allowed);
 
-  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q,
-                       const torch::Tensor& k, const torch::Tensor& v) override;
+  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
 
  private:
-  torch::Tensor rows_;     // [B * L]
-  torch::Tensor allowed_;  // [B, 1, 1, L, L]
+  torch::Tensor rows_;                         // [B * L]
+  torch::Tensor allowed_;                      // [B, 1, 1, L, L]
   std::map<int64_t, torch::Tensor> windowed_;  // allowed_ by window, made on first use
-  torch::Tensor back_;     // [T]: the padded position of each flat row
+  torch::Tensor back_;                         // [T]: the padded position of each flat row
   int64_t batch_, length_;
 };
 

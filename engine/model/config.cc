@@ -71,8 +71,7 @@ absl::StatusOr<std::vector<double>> NumberList(const nlohmann::json& json, const
   std::vector<double> values;
   for (const auto& v : *it) {
     if (!v.is_number() || v.get<double>() <= 0) {
-      return FieldError(name, absl::StrCat("rope_scaling.", field),
-                        "expected positive numbers");
+      return FieldError(name, absl::StrCat("rope_scaling.", field), "expected positive numbers");
     }
     values.push_back(v.get<double>());
   }
@@ -81,8 +80,7 @@ absl::StatusOr<std::vector<double>> NumberList(const nlohmann::json& json, const
 
 // rope_scaling. Needs rotary_dim, max_position_embeddings and, for longrope (Phi-3 only), the
 // top-level original_max_position_embeddings.
-absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& name,
-                              ModelConfig* c) {
+absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& name, ModelConfig* c) {
   RopeScaling* out = &c->rope_scaling;
   const auto it = json.find("rope_scaling");
   if (it == json.end() || it->is_null()) return absl::OkStatus();
@@ -130,12 +128,8 @@ absl::Status ParseRopeScaling(const nlohmann::json& json, const std::string& nam
     auto original = PositiveInt(json, name, "original_max_position_embeddings", 4096);
     if (!original.ok()) return original.status();
     out->original_max_position = *original;
-    const double ratio = static_cast<double>(c->max_position_embeddings) /
-                         static_cast<double>(out->original_max_position);
     out->attention_factor =
-        ratio <= 1.0 ? 1.0
-                     : std::sqrt(1 + std::log(ratio) /
-                                         std::log(static_cast<double>(out->original_max_position)));
+        LongRopeAttentionFactor(c->max_position_embeddings, out->original_max_position);
     return absl::OkStatus();
   }
   return Unsupported(name, "rope_scaling.rope_type",
@@ -234,9 +228,8 @@ absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& n
     }
     c->windowed_layers[i] = t == "sliding_attention";
   }
-  if (c->sliding_window == 0 &&
-      std::find(c->windowed_layers.begin(), c->windowed_layers.end(), true) !=
-          c->windowed_layers.end()) {
+  if (c->sliding_window == 0 && std::find(c->windowed_layers.begin(), c->windowed_layers.end(),
+                                          true) != c->windowed_layers.end()) {
     return FieldError(name, "layer_types",
                       qwen ? "sliding layers need use_sliding_window and a sliding_window"
                            : "sliding layers need a sliding_window");
@@ -245,12 +238,18 @@ absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& n
 }
 
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
-    {"Qwen2ForCausalLM", Architecture::kQwen2},   {"LlamaForCausalLM", Architecture::kLlama},
+    {"Qwen2ForCausalLM", Architecture::kQwen2},     {"LlamaForCausalLM", Architecture::kLlama},
     {"MistralForCausalLM", Architecture::kMistral}, {"Gemma2ForCausalLM", Architecture::kGemma2},
-    {"Qwen3ForCausalLM", Architecture::kQwen3},   {"Phi3ForCausalLM", Architecture::kPhi3},
+    {"Qwen3ForCausalLM", Architecture::kQwen3},     {"Phi3ForCausalLM", Architecture::kPhi3},
 };
 
 }  // namespace
+
+double LongRopeAttentionFactor(int64_t max_positions, int64_t original) {
+  const double ratio = static_cast<double>(max_positions) / static_cast<double>(original);
+  if (ratio <= 1.0) return 1.0;
+  return std::sqrt(1 + std::log(ratio) / std::log(static_cast<double>(original)));
+}
 
 const char* ModelConfig::model_type() const {
   switch (architecture) {
@@ -330,8 +329,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   c.head_dim = *head_dim;
   if (c.head_dim % 2 != 0) return FieldError(name, "head_dim", "must be even for rotary");
   if (arch == Architecture::kPhi3 && c.head_dim * c.num_heads != c.hidden_size) {
-    return FieldError(name, "head_dim",
-                      "Phi-3 takes head_dim = hidden_size / num_attention_heads");
+    return FieldError(name, "head_dim", "Phi-3 takes head_dim = hidden_size / num_attention_heads");
   }
   c.rotary_dim = c.head_dim;
   if (auto f = json.find("partial_rotary_factor"); f != json.end() && !f->is_null()) {

@@ -41,6 +41,10 @@ struct RopeScaling {
   double attention_factor = 1.0;
 };
 
+// longrope's attention factor: sqrt(1 + ln(s) / ln(original)), s = max_positions / original;
+// 1 when s <= 1.
+double LongRopeAttentionFactor(int64_t max_positions, int64_t original);
+
 struct ModelConfig {
   Architecture architecture = Architecture::kQwen2;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen2ForCausalLM"

@@ -1,6 +1,5 @@
 #include "engine/model/make_model.h"
 
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,8 +19,8 @@ struct Preset {
   bool tied;
   double rope_theta, rms_eps;
   int64_t max_positions;
-  const char* rope;        // the preset's own rope scaling: none, llama3, longrope
-  int64_t sliding_window;  // 0: the architecture's default for tiny/small, none otherwise
+  const char* rope;                // the preset's own rope scaling: none, llama3, longrope
+  int64_t sliding_window;          // 0: the architecture's default for tiny/small, none otherwise
   int64_t original_max_positions;  // longrope
 };
 
@@ -50,9 +49,9 @@ constexpr Preset kPresets[] = {
 };
 
 constexpr std::pair<const char*, Architecture> kArchNames[] = {
-    {"qwen2", Architecture::kQwen2},   {"llama", Architecture::kLlama},
+    {"qwen2", Architecture::kQwen2},     {"llama", Architecture::kLlama},
     {"mistral", Architecture::kMistral}, {"gemma2", Architecture::kGemma2},
-    {"qwen3", Architecture::kQwen3},   {"phi3", Architecture::kPhi3},
+    {"qwen3", Architecture::kQwen3},     {"phi3", Architecture::kPhi3},
 };
 
 // longrope's per-frequency factors (the real checkpoints' are fitted by search; these are
@@ -139,8 +138,8 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   ModelConfig c;
   const std::string arch = !o.arch.empty() ? o.arch : preset->arch ? preset->arch : "qwen2";
   if (preset->arch != nullptr && arch != preset->arch) {
-    return absl::InvalidArgumentError(absl::StrCat("preset '", o.preset, "' is a ", preset->arch,
-                                                   " shape, not ", arch));
+    return absl::InvalidArgumentError(
+        absl::StrCat("preset '", o.preset, "' is a ", preset->arch, " shape, not ", arch));
   }
   std::vector<std::string> arch_names;
   bool known = false;
@@ -155,9 +154,9 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
     return absl::InvalidArgumentError(
         absl::StrCat("unknown arch '", arch, "' (", absl::StrJoin(arch_names, ", "), ")"));
   }
-  static constexpr const char* kClassNames[] = {"Qwen2ForCausalLM",  "LlamaForCausalLM",
+  static constexpr const char* kClassNames[] = {"Qwen2ForCausalLM",   "LlamaForCausalLM",
                                                 "MistralForCausalLM", "Gemma2ForCausalLM",
-                                                "Qwen3ForCausalLM",  "Phi3ForCausalLM"};
+                                                "Qwen3ForCausalLM",   "Phi3ForCausalLM"};
   c.architecture_name = kClassNames[static_cast<int>(c.architecture)];
   const int64_t rounded = (tokenizer_vocab + 63) / 64 * 64;
   c.vocab_size = std::max(preset->vocab, rounded);
@@ -216,15 +215,11 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
                                            : std::max<int64_t>(1, c.max_position_embeddings / 16));
     r.short_factor = LongRopeFactors(c.rotary_dim / 2, false);
     r.long_factor = LongRopeFactors(c.rotary_dim / 2, true);
-    const double ratio = static_cast<double>(c.max_position_embeddings) /
-                         static_cast<double>(r.original_max_position);
     r.attention_factor =
-        ratio <= 1.0 ? 1.0
-                     : std::sqrt(1 + std::log(ratio) /
-                                         std::log(static_cast<double>(r.original_max_position)));
+        LongRopeAttentionFactor(c.max_position_embeddings, r.original_max_position);
   } else if (rope != "none") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown rope_scaling '", rope, "' (none, linear, llama3; longrope for phi3)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown rope_scaling '", rope,
+                                                   "' (none, linear, llama3; longrope for phi3)"));
   }
   if (o.original_max_position_embeddings.has_value() &&
       c.rope_scaling.type != RopeScaling::Type::kLongRope) {

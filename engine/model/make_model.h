@@ -44,7 +44,7 @@ struct MakeModelOptions {
   // gemma2: soft-capping of attention scores and of the final logits (0: none).
   std::optional<double> attn_logit_softcapping;
   std::optional<double> final_logit_softcapping;
-  std::optional<double> partial_rotary_factor;            // phi3
+  std::optional<double> partial_rotary_factor;              // phi3
   std::optional<int64_t> original_max_position_embeddings;  // phi3 longrope
 };
 

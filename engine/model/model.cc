@@ -8,7 +8,6 @@
 #include <map>
 #include <set>
 #include <thread>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,8 +16,6 @@
 
 namespace gpeserve::model {
 namespace {
-
-constexpr int64_t kRotaryTablePositions = 32768;
 
 torch::ScalarType TorchType(DType dtype) {
   switch (dtype) {
@@ -147,62 +144,6 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown device '", name, "' (cpu, cuda, cuda:N)"));
-}
-
-// Inverse rotary frequencies with the config's scaling, as Hugging Face computes them (the
-// short factors for longrope; `long_factors` picks the long ones).
-torch::Tensor InverseFrequencies(const ModelConfig& c, bool long_factors = false) {
-  const int64_t dim = c.rotary_dim;
-  const torch::Tensor exponent =
-      torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
-  const RopeScaling& s = c.rope_scaling;
-  if (s.type == RopeScaling::Type::kLongRope) {
-    const torch::Tensor ext = torch::tensor(long_factors ? s.long_factor : s.short_factor,
-                                            torch::kFloat64)
-                                  .to(torch::kFloat32);
-    return 1.0 / (ext * torch::pow(c.rope_theta, exponent));
-  }
-  torch::Tensor inv_freq = 1.0 / torch::pow(c.rope_theta, exponent);
-  if (s.type == RopeScaling::Type::kLinear) return inv_freq / s.factor;
-  if (s.type != RopeScaling::Type::kLlama3) return inv_freq;
-  const double old_context = static_cast<double>(s.original_max_position);
-  const double low_freq_wavelen = old_context / s.low_freq_factor;
-  const double high_freq_wavelen = old_context / s.high_freq_factor;
-  const torch::Tensor wavelen = 2 * M_PI / inv_freq;
-  torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
-  const torch::Tensor smooth =
-      (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-  const torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
-  const torch::Tensor medium =
-      (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
-  return torch::where(medium, smoothed, scaled);
-}
-
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
-}
-
-// x [T, H, D] with the rotary embedding on its first cos.size(-1) channels (all of them unless
-// the rotary embedding is partial).
-torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos,
-                          const torch::Tensor& sin) {
-  const int64_t rotary = cos.size(-1);
-  if (rotary == x.size(-1)) return x * cos + RotateHalf(x) * sin;
-  const torch::Tensor part = x.narrow(-1, 0, rotary);
-  return torch::cat({part * cos + RotateHalf(part) * sin, x.narrow(-1, rotary, x.size(-1) - rotary)},
-                    -1);
-}
-
-// (cos, sin) [P, rotary_dim] of positions P (float32) for inverse frequencies `inv_freq`, times
-// `factor` (longrope's attention factor) as transformers scales them.
-std::pair<torch::Tensor, torch::Tensor> RotaryTables(const torch::Tensor& positions,
-                                                     const torch::Tensor& inv_freq,
-                                                     double factor) {
-  const torch::Tensor freqs = torch::outer(positions, inv_freq);
-  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  if (factor == 1.0) return {emb.cos(), emb.sin()};
-  return {emb.cos() * factor, emb.sin() * factor};
 }
 
 const char* ServingDtypeName(ServingDtype dtype) {
@@ -441,18 +382,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
 #undef GPE_LOAD_MATRIX
 #undef GPE_LOAD
 #undef GPE_LOAD_WITH
-    const double factor = c.rope_scaling.attention_factor;
-    const int64_t table = std::min(kRotaryTablePositions, c.max_position_embeddings);
-    const torch::Tensor positions =
-        torch::arange(table, torch::TensorOptions().dtype(torch::kFloat32).device(model->device_));
-    model->inv_freq_ = InverseFrequencies(c).to(model->device_);
-    std::tie(model->cos_table_, model->sin_table_) =
-        RotaryTables(positions, model->inv_freq_, factor);
-    if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
-      model->long_inv_freq_ = InverseFrequencies(c, /*long_factors=*/true).to(model->device_);
-      std::tie(model->long_cos_table_, model->long_sin_table_) =
-          RotaryTables(positions, model->long_inv_freq_, factor);
-    }
+    model->rotary_ = RotaryEmbedding(c, model->device_);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat(dir, ": libtorch error while loading: ", e.what_without_backtrace()));
@@ -466,8 +396,8 @@ namespace {
 // input dtype), or Gemma's normed * (1 + weight) in fp32.
 torch::Tensor RmsNorm(const ModelConfig& c, const torch::Tensor& x, const torch::Tensor& weight) {
   const torch::Tensor xf = x.to(torch::kFloat32);
-  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) +
-                                                 c.rms_norm_eps);
+  const torch::Tensor normed =
+      xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + c.rms_norm_eps);
   if (c.norm_weight_plus_one) {
     return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
   }
@@ -584,23 +514,7 @@ torch::Tensor LmLogits(const ModelConfig& c, const Weights& w, const torch::Tens
 }
 
 std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
-  const int64_t table = cos_table_.size(0);
-  const bool in_table = positions.numel() == 0 || positions.max().item<int64_t>() < table;
-  // The tables of one set of factors at `positions`.
-  auto lookup = [&](const torch::Tensor& cos_table, const torch::Tensor& sin_table,
-                    const torch::Tensor& inv_freq) -> std::pair<torch::Tensor, torch::Tensor> {
-    if (in_table) {
-      return {cos_table.index_select(0, positions), sin_table.index_select(0, positions)};
-    }
-    return RotaryTables(positions.to(torch::kFloat32), inv_freq,
-                        config_.rope_scaling.attention_factor);
-  };
-  auto [cos, sin] = lookup(cos_table_, sin_table_, inv_freq_);
-  if (!long_inv_freq_.defined()) return {cos, sin};
-  const torch::Tensor is_long =
-      (positions >= config_.rope_scaling.original_max_position).unsqueeze(1);
-  auto [long_cos, long_sin] = lookup(long_cos_table_, long_sin_table_, long_inv_freq_);
-  return {torch::where(is_long, long_cos, cos), torch::where(is_long, long_sin, sin)};
+  return rotary_.Tables(positions);
 }
 
 absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,

@@ -20,6 +20,7 @@
 #include "engine/model/config.h"
 #include "engine/model/linear.h"
 #include "engine/model/options.h"
+#include "engine/model/rotary.h"
 #include "engine/model/safetensors.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -30,11 +31,11 @@ namespace gpeserve::model {
 // tensors are absent from the architecture. Fused checkpoint projections (Phi-3's qkv_proj and
 // gate_up_proj) are held as row ranges of the fused matrix (views, no copy).
 struct LayerWeights {
-  torch::Tensor input_norm;     // before attention (input_layernorm)
-  torch::Tensor mlp_norm;       // before the MLP (post_attention_layernorm; Gemma 2's
-                                // pre_feedforward_layernorm)
-  torch::Tensor attn_out_norm;  // Gemma 2: on the attention output (post_attention_layernorm)
-  torch::Tensor mlp_out_norm;   // Gemma 2: on the MLP output (post_feedforward_layernorm)
+  torch::Tensor input_norm;      // before attention (input_layernorm)
+  torch::Tensor mlp_norm;        // before the MLP (post_attention_layernorm; Gemma 2's
+                                 // pre_feedforward_layernorm)
+  torch::Tensor attn_out_norm;   // Gemma 2: on the attention output (post_attention_layernorm)
+  torch::Tensor mlp_out_norm;    // Gemma 2: on the MLP output (post_feedforward_layernorm)
   torch::Tensor q_norm, k_norm;  // Qwen 3: per head, [head_dim]
   Matrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
   torch::Tensor q_b, k_b, v_b, o_b, gate_b, up_b, down_b;
@@ -42,10 +43,10 @@ struct LayerWeights {
   // Every tensor member, for code that treats them alike (copying, counting).
   template <typename F>
   void ForEachTensor(F&& f) {
-    for (torch::Tensor* t : {&input_norm, &mlp_norm, &attn_out_norm, &mlp_out_norm, &q_norm,
-                             &k_norm, &q_w.data, &k_w.data, &v_w.data, &o_w.data, &gate_w.data,
-                             &up_w.data, &down_w.data, &q_b, &k_b, &v_b, &o_b, &gate_b, &up_b,
-                             &down_b}) {
+    for (torch::Tensor* t : {&input_norm,  &mlp_norm,  &attn_out_norm, &mlp_out_norm, &q_norm,
+                             &k_norm,      &q_w.data,  &k_w.data,      &v_w.data,     &o_w.data,
+                             &gate_w.data, &up_w.data, &down_w.data,   &q_b,          &k_b,
+                             &v_b,         &o_b,       &gate_b,        &up_b,         &down_b}) {
       f(*t);
     }
   }
@@ -122,10 +123,7 @@ class Model {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive
   Weights weights_;
-  torch::Tensor inv_freq_;               // [rotary_dim / 2] float32, on device
-  torch::Tensor cos_table_, sin_table_;  // [kRotaryTablePositions, rotary_dim] float32, on device
-  // longrope only: the long factors' frequencies and tables.
-  torch::Tensor long_inv_freq_, long_cos_table_, long_sin_table_;
+  RotaryEmbedding rotary_;
 };
 
 }  // namespace gpeserve::model

@@ -36,8 +36,8 @@ class PagedAttention : public AttentionContext {
   // REQUIRES: segments cover the batch rows in order, without gaps.
   PagedAttention(kv::KvPool& pool, const std::vector<AttentionSegment>& segments);
 
-  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q,
-                       const torch::Tensor& k, const torch::Tensor& v) override;
+  torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q, const torch::Tensor& k,
+                       const torch::Tensor& v) override;
 
  private:
   struct Prepared {

@@ -62,9 +62,11 @@ absl::StatusOr<Profile> Profile::FromJson(const nlohmann::json& json, const std:
 
 std::string ResolveProfileName(const std::string& name, const std::string& model_type) {
   if (name != kAutoProfile) return name;
-  static constexpr std::pair<const char*, const char*> kByModelType[] = {
-      {"qwen2", "qwen2.5"}, {"qwen3", "qwen3"}, {"llama", "llama3"}, {"gemma2", "gemma2"},
-      {"phi3", "phi3"}};
+  static constexpr std::pair<const char*, const char*> kByModelType[] = {{"qwen2", "qwen2.5"},
+                                                                         {"qwen3", "qwen3"},
+                                                                         {"llama", "llama3"},
+                                                                         {"gemma2", "gemma2"},
+                                                                         {"phi3", "phi3"}};
   for (const auto& [type, profile] : kByModelType) {
     if (model_type == type) return profile;
   }

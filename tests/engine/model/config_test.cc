@@ -174,8 +174,7 @@ TEST(ModelConfigTest, SlidingWindowLayersFollowEachArchitecture) {
       // Mistral windows every layer whatever layer_types says (transformers ignores it there).
       {"MistralForCausalLM",
        {{"sliding_window", 8},
-        {"layer_types",
-         {"full_attention", "full_attention", "full_attention", "full_attention"}}},
+        {"layer_types", {"full_attention", "full_attention", "full_attention", "full_attention"}}},
        8,
        {true, true, true, true}},
       {"Qwen3ForCausalLM",

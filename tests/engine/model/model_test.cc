@@ -1,5 +1,7 @@
 #include "engine/model/model.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,9 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh folder under the test temp dir.
+// A fresh folder under the test temp dir, one per process: ctest runs this binary three times
+// at once (model_test, model_test_scalar, model_test_avx2).
 std::string TempFolder(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("gpe_model_test_" + name);
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("gpe_model_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

@@ -1,9 +1,8 @@
 #include "engine/train/trainer.h"
 
-#include <cmath>
-
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -365,8 +364,8 @@ TEST(PaddedAttentionTest, EqualsBlockDiagonalAttention) {
   for (const model::LayerAttention spec :
        {model::LayerAttention{.layer = 0, .scale = 1 / std::sqrt(double(dim))},
         model::LayerAttention{.layer = 1, .scale = 0.3, .softcap = 0.5, .window = 3}}) {
-    const torch::Tensor expected = model::ScaledDotProductAttention(
-        q, k, v, model::WindowMask(packed, spec.window), spec);
+    const torch::Tensor expected =
+        model::ScaledDotProductAttention(q, k, v, model::WindowMask(packed, spec.window), spec);
     const torch::Tensor got = padded.Attend(spec, q, k, v);
     EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "window " << spec.window;
     const torch::Tensor weights = torch::randn_like(expected);
@@ -374,7 +373,8 @@ TEST(PaddedAttentionTest, EqualsBlockDiagonalAttention) {
       auto g = torch::autograd::grad({(out * weights).sum()}, {q, k, v});
       return torch::cat({g[0].flatten(), g[1].flatten(), g[2].flatten()});
     };
-    EXPECT_TRUE(torch::allclose(grads(got), grads(expected), 1e-4, 1e-5)) << "window " << spec.window;
+    EXPECT_TRUE(torch::allclose(grads(got), grads(expected), 1e-4, 1e-5))
+        << "window " << spec.window;
   }
 }
 
