@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/engine_impl.h"
 
 namespace gpeserve::engine {
@@ -63,6 +64,20 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   if (absl::Status s = sampler::Validate(config.sampling); !s.ok()) return s;
   session::SessionOptions options = config.options;
   options.max_positions = impl_->max_positions;
+  options.adapter = nullptr;
+  if (!config.adapter.empty()) {
+    const auto it = impl_->adapters.find(config.adapter);
+    if (it == impl_->adapters.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
+      return absl::NotFoundError(
+          absl::StrCat("unknown adapter '", config.adapter, "': ",
+                       names.empty() ? "this server serves the base model only"
+                                     : absl::StrCat("this server has ", absl::StrJoin(names, ", ")),
+                       " (an empty adapter is the base model)"));
+    }
+    options.adapter = it->second;
+  }
   auto session = session::StreamSession::Create(impl_->tokenizer, impl_->eos_ids, options);
   if (!session.ok()) return session.status();
   auto live = std::make_unique<Live>();

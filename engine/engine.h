@@ -29,7 +29,8 @@
 
 namespace gpeserve::model {
 class Model;
-}
+struct Adapter;
+}  // namespace gpeserve::model
 
 namespace gpeserve::engine {
 
@@ -61,11 +62,13 @@ struct EngineInfo {
   int64_t kv_blocks = 0;
   int block_size = 0;
   int max_sessions = 0;
+  std::vector<std::string> adapters;  // the LoRA adapters sessions may pick, by name
 };
 
 struct SessionConfig {
-  session::SessionOptions options;
+  session::SessionOptions options;  // its `adapter` is set by Open from `adapter` below
   sampler::SamplingParams sampling;
+  std::string adapter;  // a LoRA adapter of the engine, by name; empty: the base model
 };
 
 // Why a session ended without an error: the policy's stop rules (policy::DoneReason) or a
@@ -141,14 +144,18 @@ class SessionHandle {
 
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  // Starts the loop thread. Errors: bad sizes, a model without a tokenizer, no memory.
-  static absl::StatusOr<std::shared_ptr<Engine>> Create(std::shared_ptr<const model::Model> model,
-                                                        const EngineConfig& config);
+  // Starts the loop thread. `adapters`: LoRA adapters loaded for `model` (model::LoadAdapter),
+  // each with a distinct non-empty name, which sessions pick by name; the engine keeps them.
+  // Errors: bad sizes, a model without a tokenizer, an adapter without a name or named twice,
+  // no memory.
+  static absl::StatusOr<std::shared_ptr<Engine>> Create(
+      std::shared_ptr<const model::Model> model, const EngineConfig& config,
+      std::vector<std::shared_ptr<const model::Adapter>> adapters = {});
   ~Engine();
 
   // Opens a session. InvalidArgument for a bad configuration (wait_k, sampling, profile
-  // strings, a phi or prompt beyond the model's positions); ResourceExhausted when
-  // max_sessions are open.
+  // strings, a phi or prompt beyond the model's positions); NotFound for an adapter the engine
+  // does not have; ResourceExhausted when max_sessions are open.
   absl::StatusOr<std::shared_ptr<SessionHandle>> Open(const SessionConfig& config,
                                                       EventCallback on_event);
 
@@ -169,6 +176,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
             absl::Status status = {});
 
   std::shared_ptr<const model::Model> model_;
+  std::vector<std::shared_ptr<const model::Adapter>> adapters_;
   std::unique_ptr<Impl> impl_;
 };
 

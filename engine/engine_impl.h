@@ -74,6 +74,7 @@ struct Engine::Impl {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   std::vector<int64_t> eos_ids;
   int64_t max_positions = 0;
+  std::map<std::string, const model::Adapter*> adapters;  // by name
   std::unique_ptr<kv::BlockAllocator> allocator;
   std::unique_ptr<kv::KvPool> pool;
   std::thread thread;

@@ -26,8 +26,9 @@ absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineCon
   return blocks;
 }
 
-absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const model::Model> model,
-                                                       const EngineConfig& config) {
+absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
+    std::shared_ptr<const model::Model> model, const EngineConfig& config,
+    std::vector<std::shared_ptr<const model::Adapter>> adapters) {
   if (model == nullptr || model->tokenizer() == nullptr) {
     return absl::FailedPreconditionError("the engine needs a model folder with a tokenizer");
   }
@@ -47,6 +48,20 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<const mod
   engine->model_ = std::move(model);
   engine->impl_ = std::make_unique<Impl>();
   Impl& impl = *engine->impl_;
+  for (const auto& adapter : adapters) {
+    if (adapter == nullptr || adapter->name.empty()) {
+      return absl::InvalidArgumentError("every adapter needs a name");
+    }
+    if (adapter->layers.size() != static_cast<size_t>(c.num_layers)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("adapter '", adapter->name, "' was loaded for another model"));
+    }
+    if (!impl.adapters.emplace(adapter->name, adapter.get()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two adapters are named '", adapter->name, "'"));
+    }
+  }
+  engine->adapters_ = std::move(adapters);
   impl.config = config;
   impl.tokenizer = engine->model_->tokenizer();
   impl.eos_ids = c.eos_token_ids;
@@ -77,7 +92,12 @@ EngineInfo Engine::info() const {
           .vocab_size = c.vocab_size,
           .kv_blocks = impl_->allocator->total_blocks(),
           .block_size = impl_->config.block_size,
-          .max_sessions = impl_->config.max_sessions};
+          .max_sessions = impl_->config.max_sessions,
+          .adapters = [this] {
+            std::vector<std::string> names;
+            for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
+            return names;
+          }()};
 }
 
 Engine::Impl::~Impl() = default;

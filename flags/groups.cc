@@ -15,6 +15,23 @@ void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help, bool
             {.min = 0});
 }
 
+void AddAdapterFlags(FlagSet& flags, ModelFlags* model) {
+  flags.Add("adapter", "DIR",
+            "PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) to run on "
+            "top of the model",
+            &model->adapter);
+  flags.Add("merge_adapter",
+            "fold --adapter into the weights at load (no per-step cost; rounding differs "
+            "slightly from the unmerged sum)",
+            &model->merge_adapter);
+  flags.AddCheck([model] {
+    if (model->merge_adapter && !model->adapter) {
+      return absl::InvalidArgumentError("--merge_adapter needs --adapter");
+    }
+    return absl::OkStatus();
+  });
+}
+
 void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
   flags.Add("kv_cache_memory", "BYTES", "KV cache size when --kv_blocks is 0",
             &config->kv_cache_memory, {.min = 1});

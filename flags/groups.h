@@ -1,6 +1,7 @@
 // The flags several binaries share, each group bound to the configuration struct it fills, so
 // that a flag has one name, one help text and one default (the struct's) everywhere:
 //   model     --model --dtype --device --threads        gpeserve, gpe eval/logits/bench*
+//   adapter   --adapter --merge_adapter                  gpe eval/logits
 //   KV cache  --block_size --kv_blocks --kv_cache_memory gpeserve, gpe eval
 //   scheduler --max_batch_tokens --max_sessions_per_step --long_read_tokens
 //             --long_read_slowdown                       gpeserve, gpe eval, gpe bench
@@ -28,12 +29,18 @@ namespace gpeserve::flags {
 struct ModelFlags {
   std::optional<std::string> dir;  // unset: the built-in default model
   model::ModelOptions options;
+  // AddAdapterFlags: a PEFT LoRA adapter folder run on top of the model; merged into its
+  // weights at load when merge_adapter.
+  std::optional<std::string> adapter;
+  bool merge_adapter = false;
 };
 inline constexpr char kModelDirHelp[] =
     "Hugging Face model folder (default: the built-in English-to-German model)";
 // --model (with `dir_help`), --dtype, --device (unless !with_device), --threads.
 void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help = kModelDirHelp,
                    bool with_device = true);
+// --adapter DIR, --merge_adapter.
+void AddAdapterFlags(FlagSet& flags, ModelFlags* model);
 
 // --block_size, --kv_blocks, --kv_cache_memory.
 void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config);

@@ -11,10 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/model/adapter.h"
 #include "engine/model/default_model.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/bpe_trainer.h"
+#include "flags/groups.h"
 
 namespace gpeserve::cli {
 namespace {
@@ -82,6 +84,24 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const model::ModelOptions& options) {
   auto loaded = LoadBenchModelQuietly(model_dir, preset, options);
   if (loaded.ok()) std::cerr << "gpe: " << (*loaded)->kernel_path() << "\n";
+  return loaded;
+}
+
+absl::StatusOr<CommandModel> LoadCommandModel(const flags::ModelFlags& flags) {
+  auto model = flags.dir ? model::Model::Load(*flags.dir, flags.options)
+                         : model::LoadDefaultModel(flags.options);
+  if (!model.ok()) return model.status();
+  CommandModel loaded{.model = *std::move(model)};
+  if (!flags.adapter) return loaded;
+  auto adapter = model::LoadAdapter(*flags.adapter, *loaded.model, "adapter");
+  if (!adapter.ok()) return adapter.status();
+  if (!flags.merge_adapter) {
+    loaded.adapter = *std::move(adapter);
+    return loaded;
+  }
+  auto merged = loaded.model->WithMergedAdapter(**adapter);
+  if (!merged.ok()) return merged.status();
+  loaded.model = *std::move(merged);
   return loaded;
 }
 

@@ -15,6 +15,10 @@
 
 namespace gpeserve::model {
 class Model;
+struct Adapter;
+}  // namespace gpeserve::model
+namespace gpeserve::flags {
+struct ModelFlags;
 }
 
 namespace gpeserve::cli {
@@ -34,6 +38,14 @@ std::vector<std::string> BenchSource(int count);
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const model::ModelOptions& options);
+
+// What a model command runs: the model (the built-in default one when no folder is named) and
+// the adapter of --adapter, unless --merge_adapter folded it into the model (then null).
+struct CommandModel {
+  std::shared_ptr<const model::Model> model;
+  std::shared_ptr<const model::Adapter> adapter;
+};
+absl::StatusOr<CommandModel> LoadCommandModel(const flags::ModelFlags& flags);
 
 // The CPU's model name and its vector features that matter here (from /proc/cpuinfo), to print
 // next to every benchmark figure.

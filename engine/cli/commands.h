@@ -8,8 +8,9 @@ namespace gpeserve::cli {
 
 // The commands gpe-engine runs (they load a model: libtorch); gpe runs the others itself.
 inline bool IsEngineCommand(std::string_view command) {
-  for (std::string_view name : {"make-model", "default-model", "quantize", "train", "logits",
-                                "bench-forward", "bench-stream", "bench", "eval"}) {
+  for (std::string_view name :
+       {"make-model", "default-model", "quantize", "train", "logits", "make-adapter",
+        "merge-adapter", "bench-forward", "bench-stream", "bench", "eval"}) {
     if (command == name) return true;
   }
   return false;
@@ -22,6 +23,8 @@ int MakeModelCommand(int argc, char** argv, int first);
 int DefaultModelCommand(int argc, char** argv, int first);
 int QuantizeCommand(int argc, char** argv, int first);
 int LogitsCommand(int argc, char** argv, int first);
+int MakeAdapterCommand(int argc, char** argv, int first);
+int MergeAdapterCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int BenchStreamCommand(int argc, char** argv, int first);
 int BenchCommand(int argc, char** argv, int first);

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   if (command == "quantize") return gpeserve::cli::QuantizeCommand(argc, argv, 2);
   if (command == "train") return gpeserve::cli::TrainCommand(argc, argv, 2);
   if (command == "logits") return gpeserve::cli::LogitsCommand(argc, argv, 2);
+  if (command == "make-adapter") return gpeserve::cli::MakeAdapterCommand(argc, argv, 2);
+  if (command == "merge-adapter") return gpeserve::cli::MergeAdapterCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
   if (command == "bench-stream") return gpeserve::cli::BenchStreamCommand(argc, argv, 2);
   if (command == "bench") return gpeserve::cli::BenchCommand(argc, argv, 2);

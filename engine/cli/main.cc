@@ -26,6 +26,8 @@ constexpr char kUsage[] =
     "  make-model   write a random-weight Hugging Face model folder\n"
     "  default-model  write the built-in English-German model as a model folder\n"
     "  quantize     write an int8 copy of a model folder (a quarter of fp32's bytes)\n"
+    "  make-adapter   write a random-weight PEFT LoRA adapter folder for a model\n"
+    "  merge-adapter  fold a LoRA adapter into its base model (a Hugging Face folder)\n"
     "  make-corpus  write the project's English-German parallel corpus (JSON)\n"
     "  train        fine-tune a model folder on a parallel corpus\n"
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/model/default_model.h"
 #include "engine/model/make_model.h"
@@ -175,6 +176,7 @@ int LogitsCommand(int argc, char** argv, int first) {
       "independent sequences, batched in one forward pass).");
   flags::ModelFlags model_flags;
   flags::AddModelFlags(flags, &model_flags, "model folder");
+  flags::AddAdapterFlags(flags, &model_flags);
   std::optional<std::vector<int64_t>> tokens, positions, segments;
   flags.AddParsed("tokens", "IDS", "comma-separated token ids", "",
                   [&tokens](std::string_view text) { return ParseIntList(text, &tokens); });
@@ -213,9 +215,9 @@ int LogitsCommand(int argc, char** argv, int first) {
       for (int64_t i = 0; i < len; ++i) positions->push_back(i);
     }
   }
-  auto loaded = model::Model::Load(*model_flags.dir, model_flags.options);
+  auto loaded = LoadCommandModel(model_flags);
   if (!loaded.ok()) return Fail(loaded.status());
-  const model::Model& m = **loaded;
+  const model::Model& m = *loaded->model;
   std::cerr << "gpe: " << m.kernel_path() << "\n";
 
   // Block-diagonal causal mask: each token sees the earlier tokens of its own segment.
@@ -228,9 +230,11 @@ int LogitsCommand(int argc, char** argv, int first) {
     start += len;
   }
   model::DenseAttention attention({}, {}, allowed);
+  std::vector<model::AdapterSpan> adapters;
+  if (loaded->adapter) adapters.push_back({loaded->adapter.get(), 0, t});
   auto logits =
       m.Forward(torch::tensor(*tokens, torch::kInt64), torch::tensor(*positions, torch::kInt64),
-                torch::arange(t, torch::kInt64), attention);
+                torch::arange(t, torch::kInt64), attention, adapters);
   if (!logits.ok()) return Fail(logits.status());
   const torch::Tensor logits_out = logits->contiguous();
   if (absl::Status s = model::WriteNpyFloat32(*out, {logits_out.size(0), logits_out.size(1)},

@@ -73,6 +73,17 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
 
 }  // namespace
 
+Matrix QuantizeInt8(const torch::Tensor& w) {
+  const torch::Tensor c = w.to(torch::kCPU, torch::kFloat32).contiguous();
+  const int64_t rows = c.size(0), cols = c.size(1);
+  Matrix q{torch::empty({rows, cols}, torch::kChar), torch::empty({rows}, torch::kFloat32)};
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    cpu::QuantizeRowsInt8(c.data_ptr<float>(), cols, begin, end, q.data.data_ptr<int8_t>(),
+                          q.scale.data_ptr<float>());
+  });
+  return q;
+}
+
 torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
   // Training (gradients) and CUDA use libtorch; CPU inference our kernels.
   if (x.device().is_cpu() && !x.requires_grad() && !w.data.requires_grad()) {

@@ -37,6 +37,10 @@ inline Matrix ConcatRows(const std::vector<Matrix>& parts) {
   return {torch::cat(data), scale.empty() ? torch::Tensor() : torch::cat(scale)};
 }
 
+// `w` [out, in] (float32, CPU) as int8 with one scale per output row (symmetric, the largest
+// magnitude of the row maps to 127).
+Matrix QuantizeInt8(const torch::Tensor& w);
+
 // x [rows, in] times W^T, plus b when defined: [rows, out]. On the CPU x is fp32 and W any
 // held dtype; with gradients, or on CUDA, libtorch's linear.
 torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b);

@@ -1,7 +1,6 @@
 #include "engine/model/model.h"
 
-#include <ATen/Parallel.h>
-
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -307,13 +306,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
       }
       auto full = source->Load(name, shape, torch::kFloat32, model->device_);
       if (!full.ok()) return full.status();
-      const torch::Tensor w = full->contiguous();
-      Matrix q{torch::empty(shape, torch::kChar), torch::empty({shape[0]}, torch::kFloat32)};
-      at::parallel_for(0, shape[0], 64, [&](int64_t begin, int64_t end) {
-        cpu::QuantizeRowsInt8(w.data_ptr<float>(), shape[1], begin, end, q.data.data_ptr<int8_t>(),
-                              q.scale.data_ptr<float>());
-      });
-      return q;
+      return QuantizeInt8(*full);
     };
     const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
                   kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
@@ -462,23 +455,72 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
   return named;
 }
 
+namespace {
+
+// Adds each span's update to its rows of `y` (the product of `in` with a base matrix): the
+// LoRA `slot` picks of the span's adapter. A span over every row adds out of place (training
+// differentiates through it); the others add into their rows.
+template <typename Pick>
+torch::Tensor Adapted(torch::Tensor y, const torch::Tensor& in,
+                      std::span<const AdapterSpan> adapters, Pick pick) {
+  for (const AdapterSpan& span : adapters) {
+    const LoraWeights& lora = pick(*span.adapter);
+    if (!lora.defined()) continue;
+    if (span.begin == 0 && span.count == y.size(0)) {
+      y = y + lora.Delta(in);
+    } else {
+      y.narrow(0, span.begin, span.count).add_(lora.Delta(in.narrow(0, span.begin, span.count)));
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
 torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const torch::Tensor& ids,
                                 const torch::Tensor& cos, const torch::Tensor& sin,
-                                AttentionContext& attention) {
+                                AttentionContext& attention,
+                                std::span<const AdapterSpan> adapters) {
   const int64_t t = ids.size(0);
   // The rotary tables come in the activation dtype.
   const torch::ScalarType dtype = cos.scalar_type();
   torch::Tensor x = Embed(w.embed, ids, dtype);
+  for (const AdapterSpan& span : adapters) {
+    const Adapter& a = *span.adapter;
+    if (!a.touches_embedding()) continue;
+    const torch::Tensor span_ids = ids.narrow(0, span.begin, span.count);
+    torch::Tensor rows =
+        a.embed_saved.data.defined() ? Embed(a.embed_saved, span_ids, dtype) : torch::Tensor();
+    if (a.embed.defined()) {
+      const torch::Tensor delta = a.embed.EmbedDelta(span_ids).to(dtype);
+      rows = rows.defined() ? rows + delta : x.narrow(0, span.begin, span.count) + delta;
+    }
+    if (span.begin == 0 && span.count == t) {
+      x = rows;
+    } else {
+      x.narrow(0, span.begin, span.count).copy_(rows);
+    }
+  }
   if (c.scale_embeddings) {
     // Gemma: times sqrt(hidden_size) rounded to the activation dtype first, as transformers.
     x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), dtype).item();
   }
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
+    // The layer's product with `m` plus each adapter's update of it.
+    auto project = [&](const torch::Tensor& in, const Matrix& m, const torch::Tensor& b,
+                       LoraWeights LayerLora::*slot) {
+      torch::Tensor y = Linear(in, m, b);
+      if (adapters.empty()) return y;
+      return Adapted(std::move(y), in, adapters, [i, slot](const Adapter& a) -> const LoraWeights& {
+        return a.layers[i].*slot;
+      });
+    };
     const torch::Tensor h = RmsNorm(c, x, l.input_norm);
-    torch::Tensor q = Linear(h, l.q_w, l.q_b).view({t, c.num_heads, c.head_dim});
-    torch::Tensor k = Linear(h, l.k_w, l.k_b).view({t, c.num_kv_heads, c.head_dim});
-    const torch::Tensor v = Linear(h, l.v_w, l.v_b).view({t, c.num_kv_heads, c.head_dim});
+    torch::Tensor q = project(h, l.q_w, l.q_b, &LayerLora::q).view({t, c.num_heads, c.head_dim});
+    torch::Tensor k = project(h, l.k_w, l.k_b, &LayerLora::k).view({t, c.num_kv_heads, c.head_dim});
+    const torch::Tensor v =
+        project(h, l.v_w, l.v_b, &LayerLora::v).view({t, c.num_kv_heads, c.head_dim});
     if (c.qk_norm) {
       q = RmsNorm(c, q, l.q_norm);
       k = RmsNorm(c, k, l.k_norm);
@@ -492,21 +534,39 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
                           .softcap = c.attn_logit_softcapping,
                           .window = c.windowed(layer) ? c.sliding_window : 0},
                          q, k, v);
-    torch::Tensor out = Linear(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b);
+    torch::Tensor out =
+        project(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b, &LayerLora::o);
     if (c.sandwich_norms) out = RmsNorm(c, out, l.attn_out_norm);
     x = x + out;
     const torch::Tensor m = RmsNorm(c, x, l.mlp_norm);
-    const torch::Tensor act =
-        Activate(c, Linear(m, l.gate_w, l.gate_b)) * Linear(m, l.up_w, l.up_b);
-    out = Linear(act, l.down_w, l.down_b);
+    const torch::Tensor act = Activate(c, project(m, l.gate_w, l.gate_b, &LayerLora::gate)) *
+                              project(m, l.up_w, l.up_b, &LayerLora::up);
+    out = project(act, l.down_w, l.down_b, &LayerLora::down);
     if (c.sandwich_norms) out = RmsNorm(c, out, l.mlp_out_norm);
     x = x + out;
   }
   return x;
 }
 
-torch::Tensor LmLogits(const ModelConfig& c, const Weights& w, const torch::Tensor& hidden) {
-  torch::Tensor logits = Linear(RmsNorm(c, hidden, w.final_norm), w.lm_head, torch::Tensor());
+torch::Tensor LmLogits(const ModelConfig& c, const Weights& w, const torch::Tensor& hidden,
+                       std::span<const AdapterSpan> adapters) {
+  const torch::Tensor normed = RmsNorm(c, hidden, w.final_norm);
+  torch::Tensor logits = Linear(normed, w.lm_head, torch::Tensor());
+  for (const AdapterSpan& span : adapters) {
+    const Adapter& a = *span.adapter;
+    if (!a.lm_head_saved.data.defined() || span.count == 0) continue;
+    const torch::Tensor rows =
+        Linear(normed.narrow(0, span.begin, span.count), a.lm_head_saved, torch::Tensor());
+    if (span.begin == 0 && span.count == logits.size(0)) {
+      logits = rows;
+    } else {
+      logits.narrow(0, span.begin, span.count).copy_(rows);
+    }
+  }
+  if (!adapters.empty()) {
+    logits = Adapted(std::move(logits), normed, adapters,
+                     [](const Adapter& a) -> const LoraWeights& { return a.lm_head; });
+  }
   if (c.final_logit_softcapping > 0) {
     logits = torch::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
   }
@@ -520,7 +580,8 @@ std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& posit
 absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
                                              const torch::Tensor& positions,
                                              const torch::Tensor& logit_rows,
-                                             AttentionContext& attention) const {
+                                             AttentionContext& attention,
+                                             std::span<const AdapterSpan> adapters) const {
   const ModelConfig& c = config_;
   if (tokens.dim() != 1 || positions.dim() != 1 || tokens.size(0) != positions.size(0)) {
     return absl::InvalidArgumentError("tokens and positions must be 1-D and of equal length");
@@ -542,14 +603,52 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
     if (rows.numel() > 0 && (rows.min().item<int64_t>() < 0 || rows.max().item<int64_t>() >= t)) {
       return absl::InvalidArgumentError(absl::StrCat("logit rows must be in [0, ", t, ")"));
     }
+    // The adapters' runs over the logit rows (ascending): the rows inside each token run.
+    std::vector<AdapterSpan> row_spans;
+    if (!adapters.empty()) {
+      const torch::Tensor cpu_rows = rows.to(torch::kCPU).contiguous();
+      const std::span<const int64_t> r(cpu_rows.data_ptr<int64_t>(), cpu_rows.numel());
+      if (!std::is_sorted(r.begin(), r.end())) {
+        return absl::InvalidArgumentError("logit rows must be ascending when adapters are used");
+      }
+      int64_t end = 0;
+      for (const AdapterSpan& span : adapters) {
+        if (span.adapter == nullptr || span.begin < end || span.count < 0 ||
+            span.begin + span.count > t) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "adapter runs must be disjoint, in order and within the ", t, " tokens"));
+        }
+        end = span.begin + span.count;
+        const auto lo = std::lower_bound(r.begin(), r.end(), span.begin) - r.begin();
+        const auto hi = std::lower_bound(r.begin(), r.end(), end) - r.begin();
+        if (hi > lo) row_spans.push_back({span.adapter, lo, hi - lo});
+      }
+    }
     auto [cos, sin] = Rotary(pos);
     cos = cos.to(dtype_).unsqueeze(1);  // [T, 1, D]
     sin = sin.to(dtype_).unsqueeze(1);
-    const torch::Tensor x = TransformerHidden(c, weights_, ids, cos, sin, attention);
-    return LmLogits(c, weights_, x.index_select(0, rows)).to(torch::kCPU, torch::kFloat32);
+    const torch::Tensor x = TransformerHidden(c, weights_, ids, cos, sin, attention, adapters);
+    return LmLogits(c, weights_, x.index_select(0, rows), row_spans)
+        .to(torch::kCPU, torch::kFloat32);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("libtorch error in forward: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::WithMergedAdapter(
+    const Adapter& adapter) const {
+  if (adapter.layers.size() != weights_.layers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter ", adapter.dir, " was not loaded for this model"));
+  }
+  try {
+    std::shared_ptr<Model> merged(new Model(*this));
+    merged->weights_ = MergeAdapter(weights_, merged->config_, adapter);
+    return std::shared_ptr<const Model>(std::move(merged));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("libtorch error while merging ", adapter.dir, ": ",
+                                            e.what_without_backtrace()));
   }
 }
 

@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/adapter.h"
 #include "engine/model/attention.h"
 #include "engine/model/config.h"
 #include "engine/model/linear.h"
@@ -65,14 +67,17 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
 
 // The transformer body: embeddings, every layer (attention through `attention`), returning
 // the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, rotary_dim] rotary
-// tables for the tokens' positions. Differentiable (training) unless run in inference mode.
+// tables for the tokens' positions. `adapters`: runs of tokens computed with a LoRA adapter
+// (disjoint; the other tokens use the base weights alone). Differentiable (training) unless run
+// in inference mode.
 torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weights,
                                 const torch::Tensor& ids, const torch::Tensor& cos,
-                                const torch::Tensor& sin, AttentionContext& attention);
+                                const torch::Tensor& sin, AttentionContext& attention,
+                                std::span<const AdapterSpan> adapters = {});
 // Final norm, LM head and final soft-capping: logits [R, vocab] of hidden rows [R, hidden]
-// (activation dtype).
+// (activation dtype); `adapters` as above, over the R rows.
 torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
-                       const torch::Tensor& hidden);
+                       const torch::Tensor& hidden, std::span<const AdapterSpan> adapters = {});
 
 class Model {
  public:
@@ -84,10 +89,17 @@ class Model {
 
   // Runs the transformer over T new tokens. tokens, positions: [T] int64 (any device);
   // logit_rows: [R] int64 indices into the T tokens. Returns float32 logits [R, vocab] on the
-  // CPU. `attention` sees every layer's q/k/v (rotary applied with `positions`).
+  // CPU. `attention` sees every layer's q/k/v (rotary applied with `positions`). `adapters`:
+  // runs of the T tokens computed with a LoRA adapter loaded for this model (disjoint, in
+  // order); logit_rows must then be ascending.
   absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& tokens, const torch::Tensor& positions,
                                         const torch::Tensor& logit_rows,
-                                        AttentionContext& attention) const;
+                                        AttentionContext& attention,
+                                        std::span<const AdapterSpan> adapters = {}) const;
+
+  // This model with `adapter` (loaded for it) folded into its weights (MergeAdapter): serves
+  // as base + adapter at no per-step cost.
+  absl::StatusOr<std::shared_ptr<const Model>> WithMergedAdapter(const Adapter& adapter) const;
 
   const ModelConfig& config() const { return config_; }
   // Null when the folder has no tokenizer.json.

@@ -196,9 +196,14 @@ void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
     return;
   }
   if (prefix_hashes_.empty()) {
-    uint64_t hash = 0;
+    // The adapter changes every cached key and value: it is part of each block's identity (its
+    // address seeds the hash chain and ends each block's tokens, so that even a collision of
+    // hashes cannot share blocks across adapters).
+    const auto adapter = static_cast<int64_t>(reinterpret_cast<uintptr_t>(options_.adapter));
+    uint64_t hash = static_cast<uint64_t>(adapter);
     for (size_t b = 0; (b + 1) * bs <= prefix.size(); ++b) {
       std::vector<int64_t> tokens(prefix.begin() + b * bs, prefix.begin() + (b + 1) * bs);
+      if (adapter != 0) tokens.push_back(-1 - adapter);
       hash = kv::BlockAllocator::PrefixHash(hash, tokens);
       prefix_hashes_.push_back(hash);
       prefix_block_tokens_.push_back(std::move(tokens));
@@ -279,6 +284,7 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
   work.noncausal =
       feed->offset < feed->block ? static_cast<int64_t>(feed->block - feed->offset) : 0;
   work.sample = feed->write && feed->offset + take == feed->tokens.size();
+  work.adapter = options_.adapter;
   feed->chunk = take;
   feed->chunk_seen = seen;
   return work;

@@ -44,6 +44,10 @@
 #include "engine/policy/wait_k_policy.h"
 #include "engine/tokenizer/tokenizer.h"
 
+namespace gpeserve::model {
+struct Adapter;
+}
+
 namespace gpeserve::session {
 
 enum class Paradigm { kGpe, kReencode, kInterleaved, kBatch };
@@ -61,6 +65,9 @@ struct SessionOptions {
   int64_t max_positions = 0;      // position ids the model supports (max_position_embeddings):
                                   // the source's and the target's (phi + header + max_new_tokens)
                                   // must stay below it; 0: no limit
+  // The LoRA adapter the session's tokens run with (null: the base model). The caller keeps it
+  // alive; shared prompt-prefix blocks are shared only between sessions of one adapter.
+  const model::Adapter* adapter = nullptr;
 };
 
 // One piece of model work: new tokens at their position ids; every token attends to the cached
@@ -74,6 +81,7 @@ struct Work {
   std::vector<int64_t> slots;
   int64_t noncausal = 0;
   bool sample = false;  // the last token's logits choose the session's next token
+  const model::Adapter* adapter = nullptr;  // the session's (null: the base model)
 };
 
 // What a completed piece of work changed, for the caller's events.

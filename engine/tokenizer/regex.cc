@@ -8,10 +8,20 @@
 namespace gpeserve::tokenizer {
 
 absl::StatusOr<std::shared_ptr<const Regex>> Regex::Compile(std::string_view pattern) {
+  return CompileWith(pattern, 0);
+}
+
+absl::StatusOr<std::shared_ptr<const Regex>> Regex::CompileFull(std::string_view pattern) {
+  return CompileWith(pattern, PCRE2_ANCHORED | PCRE2_ENDANCHORED);
+}
+
+absl::StatusOr<std::shared_ptr<const Regex>> Regex::CompileWith(std::string_view pattern,
+                                                                uint32_t options) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | options, &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
@@ -24,6 +34,16 @@ absl::StatusOr<std::shared_ptr<const Regex>> Regex::Compile(std::string_view pat
   regex->pattern_ = std::string(pattern);
   regex->code_ = code;
   return regex;
+}
+
+bool Regex::Matches(std::string_view text) const {
+  if (is_literal_) return text.starts_with(literal_);
+  auto* code = static_cast<pcre2_code*>(code_);
+  pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                             PCRE2_NO_UTF_CHECK, data, nullptr);
+  pcre2_match_data_free(data);
+  return rc >= 0;
 }
 
 std::shared_ptr<const Regex> Regex::Literal(std::string_view literal) {
