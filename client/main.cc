@@ -95,6 +95,7 @@ absl::StatusOr<ConnectOptions> ConnectFlags::Resolve() const {
 struct SessionConfigFlags {
   std::optional<std::string> profile;
   std::optional<std::string> instruction;
+  std::optional<std::string> adapter;
   // int64_t: the proto's fields are uint32, and a value above INT_MAX still reaches the server
   // (which says why it refuses it).
   std::optional<int64_t> wait_k;
@@ -124,6 +125,8 @@ void AddUint32Flag(flags::FlagSet& flags, const std::string& name, std::string v
 void AddSessionConfigFlags(flags::FlagSet& flags, SessionConfigFlags* config) {
   flags.Add("profile", "NAME", "prompt profile (default: the server's)", &config->profile);
   flags.Add("instruction", "TEXT", "override the profile's instruction", &config->instruction);
+  flags.Add("adapter", "NAME", "a LoRA adapter of the server (gpe-client models lists them)",
+            &config->adapter);
   AddUint32Flag(flags, "wait_k", "K",
                 "source words read before the first write (default: the server's)",
                 &config->wait_k);
@@ -139,6 +142,7 @@ v1::SessionConfig SessionConfigFlags::ToProto() const {
   v1::SessionConfig config;
   if (profile) config.set_profile(*profile);
   if (instruction) config.set_instruction(*instruction);
+  if (adapter) config.set_adapter(*adapter);
   if (wait_k) config.set_wait_k(static_cast<uint32_t>(*wait_k));
   if (max_new_tokens) config.set_max_new_tokens(static_cast<uint32_t>(*max_new_tokens));
   config.set_split(split == policy::SplitMode::kToken ? v1::SessionConfig::SPLIT_TOKEN
@@ -398,6 +402,17 @@ int ModelsCommand(int argc, char** argv) {
         absl::StrFormat("%s: %s", absl::StatusCodeToString(FromGrpc(s).code()), s.error_message()));
   }
   for (const v1::ModelInfo& m : response.models()) {
+    nlohmann::json adapters = nlohmann::json::array();
+    for (const v1::AdapterInfo& a : m.adapters()) {
+      adapters.push_back({{"name", a.name()},
+                          {"rank", a.rank()},
+                          {"alpha", a.alpha()},
+                          {"target_modules", std::vector<std::string>(a.target_modules().begin(),
+                                                                      a.target_modules().end())},
+                          {"modules_to_save", std::vector<std::string>(a.modules_to_save().begin(),
+                                                                       a.modules_to_save().end())},
+                          {"merged", a.merged()}});
+    }
     std::cout << nlohmann::json{{"name", m.name()},
                                 {"architecture", m.architecture()},
                                 {"dtype", m.dtype()},
@@ -408,7 +423,8 @@ int ModelsCommand(int argc, char** argv) {
                                 {"default_profile", m.default_profile()},
                                 {"kv_blocks", m.kv_blocks()},
                                 {"block_size", m.block_size()},
-                                {"max_sessions", m.max_sessions()}}
+                                {"max_sessions", m.max_sessions()},
+                                {"adapters", adapters}}
                      .dump()
               << "\n";
   }

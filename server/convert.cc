@@ -15,6 +15,11 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
                                                      const ServiceConfig& service, bool batch) {
   engine::SessionConfig out;
   session::SessionOptions& options = out.options;
+  out.adapter = config.adapter();
+  for (const ServiceConfig::Adapter& adapter : service.adapters) {
+    // The merged adapter is in the weights: its sessions run the model as loaded.
+    if (adapter.merged && adapter.name == out.adapter) out.adapter.clear();
+  }
   if (config.has_prompt()) {
     const v1::Prompt& p = config.prompt();
     if (p.assistant().empty() || p.end().empty()) {

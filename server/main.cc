@@ -14,9 +14,11 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "engine/engine.h"
+#include "engine/model/adapter.h"
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/policy/profile.h"
@@ -76,7 +78,35 @@ struct Flags {
   ServiceConfig service;  // the session defaults and limits (profiles and token: Build)
   int64_t drain_seconds = 30;
   std::optional<std::string> auth_token_file, tls_cert, tls_key;
+  std::vector<std::pair<std::string, std::string>> adapters;  // --adapter NAME=DIR
+  bool merge_adapters = false;
 };
+
+// "NAME=DIR" of --adapter into `adapters`.
+absl::Status ParseAdapterFlag(std::string_view text,
+                              std::vector<std::pair<std::string, std::string>>* adapters) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size()) {
+    return absl::InvalidArgumentError("takes NAME=DIR (a name sessions ask for, a PEFT folder)");
+  }
+  const std::string name(text.substr(0, eq));
+  for (char ch : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
+        ch != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("adapter name '", name, "': letters, digits, '-', '_' and '.' only"));
+    }
+  }
+  if (name == Metrics::kBaseAdapter) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adapter name '", name, "' is reserved (the metrics' label of the model alone)"));
+  }
+  for (const auto& [known, dir] : *adapters) {
+    if (known == name) return absl::InvalidArgumentError("adapter '" + name + "' given twice");
+  }
+  adapters->emplace_back(name, std::string(text.substr(eq + 1)));
+  return absl::OkStatus();
+}
 
 // Parses the command line into *out; an exit code when the process should end (--help: 0, a
 // usage error: 2).
@@ -97,6 +127,15 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
             "model_type), qwen2.5, qwen3, llama3, gemma2, phi3, or a JSON file; "
             "sessions may also name any built-in profile, or auto",
             &out->profile);
+  flags.AddParsed("adapter", "NAME=DIR",
+                  "a PEFT LoRA adapter folder sessions may pick by NAME (SessionConfig.adapter); "
+                  "repeatable: sessions of different adapters share forward steps",
+                  "",
+                  [out](std::string_view text) { return ParseAdapterFlag(text, &out->adapters); });
+  flags.Add("merge_adapters",
+            "fold the one --adapter into the weights at load: no per-step cost, every session "
+            "runs it, and the base model alone is not served",
+            &out->merge_adapters);
   flags.Add("listen", "HOST:PORT", "gRPC address (port 0: any free port)", &out->listen);
   flags.Add("metrics_listen", "HOST:PORT", "Prometheus /metrics address; 'none': off",
             &out->metrics_listen);
@@ -135,6 +174,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
   flags.AddCheck([out] {
     if (out->service.default_max_new_tokens > out->service.max_new_tokens_limit) {
       return absl::InvalidArgumentError("--max_new_tokens exceeds --max_new_tokens_limit");
+    }
+    if (out->merge_adapters && out->adapters.size() != 1) {
+      return absl::InvalidArgumentError("--merge_adapters folds exactly one --adapter");
     }
     if (out->tls_cert.has_value() != out->tls_key.has_value()) {
       return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
@@ -195,6 +237,32 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   }
   parts.model = *model;
   std::cout << "gpeserve: " << parts.model->kernel_path() << std::endl;
+  std::vector<std::shared_ptr<const model::Adapter>> adapters;
+  std::vector<std::string> adapter_names;
+  for (const auto& [name, dir] : flags.adapters) {
+    auto adapter = model::LoadAdapter(dir, *parts.model, name);
+    if (!adapter.ok()) return adapter.status();
+    const model::AdapterConfig& c = (*adapter)->config;
+    service_config.adapters.push_back(
+        {.name = name,
+         .rank = c.r,
+         .alpha = c.lora_alpha,
+         .target_modules =
+             c.target_regex ? std::vector<std::string>{*c.target_regex} : c.target_list,
+         .modules_to_save = c.modules_to_save,
+         .merged = flags.merge_adapters});
+    std::cout << "gpeserve: adapter " << name << " from " << dir << " (r=" << c.r
+              << ", alpha=" << c.lora_alpha << ", " << (*adapter)->parameters << " parameters"
+              << (flags.merge_adapters ? ", merged into the weights" : "") << ")" << std::endl;
+    if (flags.merge_adapters) {
+      auto merged = parts.model->WithMergedAdapter(**adapter);
+      if (!merged.ok()) return merged.status();
+      parts.model = *merged;
+    } else {
+      adapters.push_back(*adapter);
+      adapter_names.push_back(name);
+    }
+  }
   // auto: the model's chat format; a session may name it too.
   const std::string profile_name =
       policy::ResolveProfileName(flags.profile, parts.model->config().model_type());
@@ -205,14 +273,18 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   service_config.profiles[policy::kAutoProfile] = service_config.profiles.at(
       policy::ResolveProfileName(policy::kAutoProfile, parts.model->config().model_type()));
 
-  parts.metrics = std::make_unique<Metrics>(service_config.model_name);
+  // A merged adapter's sessions run the model as loaded: theirs is the base series, labelled
+  // with its name.
+  parts.metrics = std::make_unique<Metrics>(
+      service_config.model_name, adapter_names,
+      flags.merge_adapters ? flags.adapters.front().first : Metrics::kBaseAdapter);
   if (flags.metrics_listen != "none") {
     if (absl::Status s = parts.metrics->Serve(flags.metrics_listen); !s.ok()) return s;
   }
   flags.engine.on_step = [metrics = parts.metrics.get()](int64_t tokens) {
     metrics->ObserveStep(tokens);
   };
-  auto engine = engine::Engine::Create(parts.model, flags.engine);
+  auto engine = engine::Engine::Create(parts.model, flags.engine, adapters);
   if (!engine.ok()) return engine.status();
   parts.engine = *engine;
   parts.service = std::make_unique<Service>(parts.engine, parts.metrics.get(), service_config);

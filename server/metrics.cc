@@ -23,16 +23,12 @@ const Histogram::BucketBoundaries kWordBuckets = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15
 
 }  // namespace
 
-Metrics::Metrics(const std::string& model)
-    : registry_(std::make_shared<prometheus::Registry>()), model_(model) {
+Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapters,
+                 const std::string& base_label)
+    : registry_(std::make_shared<prometheus::Registry>()), model_(model), base_label_(base_label) {
   const prometheus::Labels labels{{"model", model}};
-  auto histogram = [&](const std::string& name, const std::string& help,
-                       const Histogram::BucketBoundaries& buckets) {
-    return &prometheus::BuildHistogram()
-                .Name("gpeserve:" + name)
-                .Help(help)
-                .Register(*registry_)
-                .Add(labels, buckets);
+  auto histogram_family = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildHistogram().Name("gpeserve:" + name).Help(help).Register(*registry_);
   };
   auto gauge = [&](const std::string& name, const std::string& help) {
     return &prometheus::BuildGauge()
@@ -48,25 +44,49 @@ Metrics::Metrics(const std::string& model)
                 .Register(*registry_)
                 .Add(labels);
   };
-  ttft_ = histogram("time_to_first_token_seconds",
-                    "Time from the session's config to its first target token.", kLatencyBuckets);
-  itl_ = histogram("inter_token_latency_seconds",
-                   "Time between consecutive target tokens of a session.", kLatencyBuckets);
-  e2e_ = histogram("e2e_session_latency_seconds", "Time from a session's config to its end.",
-                   kSessionBuckets);
-  queue_ = histogram("queue_time_seconds", "Time a session waited before its first forward step.",
-                     kLatencyBuckets);
-  iteration_tokens_ =
-      histogram("iteration_tokens", "Tokens computed in one forward step.", kTokenBuckets);
-  word_lag_words_ = histogram("word_lag_words",
-                              "Per target word: source words read when it was complete, beyond "
-                              "the words it could have followed (its delay minus its index).",
-                              kWordBuckets);
-  word_lag_seconds_ = histogram(
+  // Per session, by adapter.
+  auto* ttft = histogram_family("time_to_first_token_seconds",
+                                "Time from the session's config to its first target token.");
+  auto* itl = histogram_family("inter_token_latency_seconds",
+                               "Time between consecutive target tokens of a session.");
+  auto* e2e =
+      histogram_family("e2e_session_latency_seconds", "Time from a session's config to its end.");
+  auto* queue = histogram_family("queue_time_seconds",
+                                 "Time a session waited before its first forward step.");
+  auto* word_lag_words = histogram_family(
+      "word_lag_words",
+      "Per target word: source words read when it was complete, beyond the words it could have "
+      "followed (its delay minus its index).");
+  auto* word_lag_seconds = histogram_family(
       "word_lag_seconds",
       "Per target word: wall time from the arrival of the last source word it read to its "
-      "emission.",
-      kLatencyBuckets);
+      "emission.");
+  auto* finished = &prometheus::BuildCounter()
+                        .Name("gpeserve:session_finished_total")
+                        .Help(
+                            "Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
+                            "cancelled, error).")
+                        .Register(*registry_);
+  std::vector<std::string> names = {base_label};
+  names.insert(names.end(), adapters.begin(), adapters.end());
+  for (const std::string& adapter : names) {
+    const prometheus::Labels l{{"model", model}, {"adapter", adapter}};
+    SessionSeries& series = series_[adapter];
+    series.ttft = &ttft->Add(l, kLatencyBuckets);
+    series.itl = &itl->Add(l, kLatencyBuckets);
+    series.e2e = &e2e->Add(l, kSessionBuckets);
+    series.queue = &queue->Add(l, kLatencyBuckets);
+    series.word_lag_words = &word_lag_words->Add(l, kWordBuckets);
+    series.word_lag_seconds = &word_lag_seconds->Add(l, kLatencyBuckets);
+    for (const char* reason :
+         {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {
+      prometheus::Labels with_reason = l;
+      with_reason["reason"] = reason;
+      series.finished[reason] = &finished->Add(with_reason);
+    }
+  }
+  iteration_tokens_ = &histogram_family("iteration_tokens", "Tokens computed in one forward step.")
+                           ->Add(labels, kTokenBuckets);
   running_ = gauge("num_sessions_running", "Sessions admitted to the engine.");
   waiting_ = gauge("num_sessions_waiting", "Sessions waiting for admission (new or preempted).");
   kv_usage_ = gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).");
@@ -76,16 +96,6 @@ Metrics::Metrics(const std::string& model)
   prefix_queries_ =
       counter("prefix_cache_queries_total", "Prompt prefix blocks looked up in the cache.");
   prefix_hits_ = counter("prefix_cache_hits_total", "Prompt prefix blocks found in the cache.");
-  finished_ = &prometheus::BuildCounter()
-                   .Name("gpeserve:session_finished_total")
-                   .Help(
-                       "Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
-                       "cancelled, error).")
-                   .Register(*registry_);
-  for (const char* reason :
-       {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {
-    finished_->Add({{"model", model}, {"reason", reason}});
-  }
   call_errors_ = &prometheus::BuildCounter()
                       .Name("gpeserve:request_errors_total")
                       .Help(
@@ -121,18 +131,31 @@ std::string Metrics::Render() {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-void Metrics::ObserveStep(int64_t tokens) { iteration_tokens_->Observe(tokens); }
-void Metrics::ObserveQueueTime(double seconds) { queue_->Observe(seconds); }
-void Metrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
-void Metrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
-void Metrics::ObserveSessionLatency(double seconds) { e2e_->Observe(seconds); }
-void Metrics::ObserveWordLag(double words, double seconds) {
-  word_lag_words_->Observe(words);
-  word_lag_seconds_->Observe(seconds);
+const Metrics::SessionSeries& Metrics::Series(const std::string& adapter) const {
+  const auto it = series_.find(adapter.empty() ? base_label_ : adapter);
+  return it != series_.end() ? it->second : series_.at(base_label_);
 }
 
-void Metrics::SessionFinished(const std::string& reason) {
-  finished_->Add({{"model", model_}, {"reason", reason}}).Increment();
+void Metrics::ObserveStep(int64_t tokens) { iteration_tokens_->Observe(tokens); }
+void Metrics::ObserveQueueTime(const SessionSeries& s, double seconds) {
+  s.queue->Observe(seconds);
+}
+void Metrics::ObserveTimeToFirstToken(const SessionSeries& s, double seconds) {
+  s.ttft->Observe(seconds);
+}
+void Metrics::ObserveInterTokenLatency(const SessionSeries& s, double seconds) {
+  s.itl->Observe(seconds);
+}
+void Metrics::ObserveSessionLatency(const SessionSeries& s, double seconds) {
+  s.e2e->Observe(seconds);
+}
+void Metrics::ObserveWordLag(const SessionSeries& s, double words, double seconds) {
+  s.word_lag_words->Observe(words);
+  s.word_lag_seconds->Observe(seconds);
+}
+
+void Metrics::SessionFinished(const SessionSeries& s, const std::string& reason) {
+  if (const auto it = s.finished.find(reason); it != s.finished.end()) it->second->Increment();
 }
 
 void Metrics::CallFailed(const std::string& code) {

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -29,8 +31,24 @@ namespace gpeserve::server {
 
 class Metrics {
  public:
-  // `model`: the value of the `model` label on every series.
-  explicit Metrics(const std::string& model);
+  // The series of one adapter's sessions (label adapter="<name>", "base" for the model alone).
+  struct SessionSeries {
+    prometheus::Histogram* ttft;
+    prometheus::Histogram* itl;
+    prometheus::Histogram* e2e;
+    prometheus::Histogram* queue;
+    prometheus::Histogram* word_lag_words;
+    prometheus::Histogram* word_lag_seconds;
+    std::map<std::string, prometheus::Counter*> finished;  // by reason
+  };
+  // The `adapter` label of sessions on the model alone.
+  static constexpr char kBaseAdapter[] = "base";
+
+  // `model`: the value of the `model` label on every series; `adapters`: the adapters sessions
+  // may pick (besides the base), each with its own per-session series.
+  // `base_label`: the adapter label of sessions that name no adapter.
+  explicit Metrics(const std::string& model, const std::vector<std::string>& adapters = {},
+                   const std::string& base_label = kBaseAdapter);
   ~Metrics();
 
   // Serves /metrics on `address` (IPv4 host:port; port 0 picks one) from a thread of its own.
@@ -41,14 +59,20 @@ class Metrics {
   // The exposition text, as a scrape returns it (engine statistics read at that moment).
   std::string Render();
 
+  // The series of sessions of `adapter` (empty: the base); the base's for an unknown name.
+  const SessionSeries& Series(const std::string& adapter) const;
+
   // ---- Observations ----
-  void ObserveStep(int64_t tokens);       // tokens in one forward step
-  void ObserveQueueTime(double seconds);  // from open to first step
-  void ObserveTimeToFirstToken(double seconds);
-  void ObserveInterTokenLatency(double seconds);
-  void ObserveSessionLatency(double seconds);         // from open to done
-  void ObserveWordLag(double words, double seconds);  // per target word
-  void SessionFinished(const std::string& reason);    // done reasons and "error"
+  void ObserveStep(int64_t tokens);  // tokens in one forward step
+  // A session's: from open to first step; to its first token; between tokens; from open to
+  // done; per target word (words beyond its index, seconds since the source word it needed);
+  // its end, by reason (done reasons and "error").
+  static void ObserveQueueTime(const SessionSeries& s, double seconds);
+  static void ObserveTimeToFirstToken(const SessionSeries& s, double seconds);
+  static void ObserveInterTokenLatency(const SessionSeries& s, double seconds);
+  static void ObserveSessionLatency(const SessionSeries& s, double seconds);
+  static void ObserveWordLag(const SessionSeries& s, double words, double seconds);
+  static void SessionFinished(const SessionSeries& s, const std::string& reason);
   // A failed call (Stream or Generate ended with a non-OK status), by gRPC status code name.
   void CallFailed(const std::string& code);
   // Where Render reads the engine's statistics; what `source` reports now (e.g. a warm-up
@@ -61,13 +85,9 @@ class Metrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::string model_;
-  prometheus::Histogram* ttft_;
-  prometheus::Histogram* itl_;
-  prometheus::Histogram* e2e_;
-  prometheus::Histogram* queue_;
+  std::map<std::string, SessionSeries> series_;  // by adapter label
+  std::string base_label_;
   prometheus::Histogram* iteration_tokens_;
-  prometheus::Histogram* word_lag_words_;
-  prometheus::Histogram* word_lag_seconds_;
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;
@@ -77,7 +97,6 @@ class Metrics {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Family<prometheus::Counter>* call_errors_;
-  prometheus::Family<prometheus::Counter>* finished_;
   // One scrape at a time reads and counts the engine's statistics.
   absl::Mutex stats_mu_;
   std::function<engine::EngineStats()> stats_source_ ABSL_GUARDED_BY(stats_mu_);

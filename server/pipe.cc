@@ -6,6 +6,11 @@
 
 namespace gpeserve::server {
 
+void Pipe::SetAdapter(const std::string& adapter) {
+  absl::MutexLock lock(&mu_);
+  series_ = metrics_ != nullptr ? &metrics_->Series(adapter) : nullptr;
+}
+
 void Pipe::SourceArrived(size_t units) {
   absl::MutexLock lock(&mu_);
   arrivals_.insert(arrivals_.end(), units, Clock::now());
@@ -30,10 +35,11 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
             std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count()));
         break;
       case engine::SessionEvent::Kind::kDone: {
-        if (metrics_ != nullptr) {
-          metrics_->ObserveSessionLatency(std::chrono::duration<double>(now - opened_).count());
-          metrics_->ObserveQueueTime(e.queue_seconds);
-          metrics_->SessionFinished(engine::FinishReasonName(e.reason));
+        if (series_ != nullptr) {
+          Metrics::ObserveSessionLatency(*series_,
+                                         std::chrono::duration<double>(now - opened_).count());
+          Metrics::ObserveQueueTime(*series_, e.queue_seconds);
+          Metrics::SessionFinished(*series_, engine::FinishReasonName(e.reason));
         }
         // Words the pipe saw complete have their times; the rest (a final word completed by
         // the end of the session) end now.
@@ -46,7 +52,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
         break;
       }
       case engine::SessionEvent::Kind::kError:
-        if (metrics_ != nullptr) metrics_->SessionFinished("error");
+        if (series_ != nullptr) Metrics::SessionFinished(*series_, "error");
         end_ = ToGrpc(e.status);
         break;
     }
@@ -110,13 +116,15 @@ void Pipe::Perform(const Action& action) {
 }
 
 void Pipe::ObserveTokens(Clock::time_point now, size_t count) {
-  if (metrics_ != nullptr) {
+  if (series_ != nullptr) {
     if (!last_token_) {
-      metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - opened_).count());
+      Metrics::ObserveTimeToFirstToken(*series_,
+                                       std::chrono::duration<double>(now - opened_).count());
     } else {
-      metrics_->ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_).count());
+      Metrics::ObserveInterTokenLatency(*series_,
+                                        std::chrono::duration<double>(now - *last_token_).count());
     }
-    for (size_t i = 1; i < count; ++i) metrics_->ObserveInterTokenLatency(0);
+    for (size_t i = 1; i < count; ++i) Metrics::ObserveInterTokenLatency(*series_, 0);
   }
   last_token_ = now;
 }
@@ -124,13 +132,13 @@ void Pipe::ObserveTokens(Clock::time_point now, size_t count) {
 void Pipe::ObserveWord(Clock::time_point now, int64_t units_read) {
   const int64_t before = static_cast<int64_t>(word_ms_.size());  // target words before it
   word_ms_.push_back(MsSinceFirstArrival(now));
-  if (metrics_ == nullptr) return;
+  if (series_ == nullptr) return;
   double lag_seconds = 0;
   if (units_read >= 1 && static_cast<size_t>(units_read) <= arrivals_.size()) {
     lag_seconds = std::chrono::duration<double>(now - arrivals_[units_read - 1]).count();
   }
-  metrics_->ObserveWordLag(static_cast<double>(std::max<int64_t>(0, units_read - before)),
-                           lag_seconds);
+  Metrics::ObserveWordLag(*series_, static_cast<double>(std::max<int64_t>(0, units_read - before)),
+                          lag_seconds);
 }
 
 double Pipe::MsSinceFirstArrival(Clock::time_point now) const {

@@ -39,6 +39,9 @@ class Pipe {
   Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
       : metrics_(metrics), max_queued_(max_queued), sink_(sink) {}
 
+  // The session's adapter (empty: the base), for its metrics' series; before the session
+  // opens.
+  void SetAdapter(const std::string& adapter);
   // Source units arrived (the reactor's thread): their arrival times, for word lag.
   void SourceArrived(size_t units);
   // The engine's callback (loop thread). False when the client is too far behind.
@@ -79,6 +82,8 @@ class Pipe {
   std::vector<Clock::time_point> arrivals_ ABSL_GUARDED_BY(mu_);  // per source unit
   std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);              // per target word
   std::optional<Clock::time_point> last_token_ ABSL_GUARDED_BY(mu_);
+  // The session's series in metrics_ (null without metrics).
+  const Metrics::SessionSeries* series_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace gpeserve::server

@@ -48,6 +48,7 @@ absl::StatusOr<std::shared_ptr<engine::SessionHandle>> OpenSession(
   if (!service.accepting()) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
+  pipe->SetAdapter(config.adapter);
   return service.engine().Open(
       config, [pipe = std::move(pipe)](const engine::SessionEvent& e) { return pipe->OnEvent(e); });
 }
@@ -360,6 +361,15 @@ grpc::ServerUnaryReactor* Service::ListModels(grpc::CallbackServerContext* conte
   model->set_kv_blocks(info.kv_blocks);
   model->set_block_size(info.block_size);
   model->set_max_sessions(info.max_sessions);
+  for (const ServiceConfig::Adapter& adapter : config_.adapters) {
+    v1::AdapterInfo* a = model->add_adapters();
+    a->set_name(adapter.name);
+    a->set_rank(static_cast<int32_t>(adapter.rank));
+    a->set_alpha(adapter.alpha);
+    for (const std::string& t : adapter.target_modules) a->add_target_modules(t);
+    for (const std::string& m : adapter.modules_to_save) a->add_modules_to_save(m);
+    a->set_merged(adapter.merged);
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/policy/profile.h"
 
@@ -26,6 +27,16 @@ struct ServiceConfig {
   int max_word_bytes = 1024;            // bytes in one word
   int max_queued_events = 1024;         // per session; beyond: RESOURCE_EXHAUSTED
   std::string auth_token;               // non-empty: "authorization: Bearer <token>" required
+  // LoRA adapters (ListModels); the merged one, if any, is what every session runs.
+  struct Adapter {
+    std::string name;
+    int64_t rank = 0;
+    double alpha = 0;
+    std::vector<std::string> target_modules;
+    std::vector<std::string> modules_to_save;
+    bool merged = false;
+  };
+  std::vector<Adapter> adapters;
 };
 
 }  // namespace gpeserve::server

@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/cli/bench_util.h"
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/report.h"
 #include "engine/eval/words.h"
+#include "engine/model/adapter.h"
 #include "engine/model/default_model.h"
 #include "engine/session/runner.h"
 #include "flags/groups.h"
@@ -76,12 +78,14 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
 
 // Up to `concurrency` sentences in flight on the engine (continuous batching); each session
 // gets its whole source at once, so its output equals the sequential run's.
-absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
-                         const engine::EngineConfig& config, const session::SessionOptions& options,
+absl::Status RunOnEngine(const CommandModel& loaded, const engine::EngineConfig& config,
+                         const session::SessionOptions& options,
                          const std::vector<std::vector<std::string>>& sources, int concurrency,
                          eval::Progress& progress, std::vector<eval::SentenceResult>* results,
                          engine::EngineStats* stats) {
-  auto eng = engine::Engine::Create(std::move(model), config);
+  std::vector<std::shared_ptr<const model::Adapter>> adapters;
+  if (loaded.adapter) adapters.push_back(loaded.adapter);
+  auto eng = engine::Engine::Create(loaded.model, config, adapters);
   if (!eng.ok()) return eng.status();
   std::mutex mu;
   std::condition_variable cv;
@@ -92,7 +96,9 @@ absl::Status RunOnEngine(std::shared_ptr<const model::Model> model,
   while (done < sources.size() && failure.ok()) {
     while (next < sources.size() && in_flight.size() < static_cast<size_t>(concurrency)) {
       const size_t index = next++;
-      auto handle = (*eng)->Open({.options = options}, [&, index](const engine::SessionEvent& e) {
+      const engine::SessionConfig session_config{
+          .options = options, .adapter = loaded.adapter ? loaded.adapter->name : ""};
+      auto handle = (*eng)->Open(session_config, [&, index](const engine::SessionEvent& e) {
         if (e.kind == engine::SessionEvent::Kind::kTokens) return true;
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -150,6 +156,7 @@ int EvalCommand(int argc, char** argv, int first) {
       "first and uses plain causal positions.");
   flags::ModelFlags model_flags;
   flags::AddModelFlags(flags, &model_flags);
+  flags::AddAdapterFlags(flags, &model_flags);
   flags::SessionFlags session;
   session.options.policy.max_new_tokens = 256;
   flags::AddSessionFlags(flags, &session);
@@ -197,15 +204,16 @@ int EvalCommand(int argc, char** argv, int first) {
   if (!data.ok()) return Fail(std::string(data.status().message()));
   const size_t count = limit && *limit >= 0 ? std::min<size_t>(*limit, data->size()) : data->size();
 
-  auto model = model_flags.dir ? model::Model::Load(*model_flags.dir, model_flags.options)
-                               : model::LoadDefaultModel(model_flags.options);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-  auto resolved = session.Resolve((*model)->config().model_type());
+  auto loaded = LoadCommandModel(model_flags);
+  if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+  const model::Model& model = *loaded->model;
+  auto resolved = session.Resolve(model.config().model_type());
   if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
-  const session::SessionOptions& options = *resolved;
+  session::SessionOptions options = *resolved;
+  options.adapter = loaded->adapter.get();
   const std::string paradigm(session::ParadigmName(options.paradigm));
   const int wait_k = options.policy.wait_k;
-  std::cerr << "gpe: " << (*model)->kernel_path() << "\n";
+  std::cerr << "gpe: " << model.kernel_path() << "\n";
   std::ofstream out;
   if (out_path) {
     out.open(*out_path);
@@ -221,10 +229,10 @@ int EvalCommand(int argc, char** argv, int first) {
   absl::Status run;
   engine::EngineStats stats;
   if (concurrency == 1) {
-    run = RunSequential(**model, options, sources, engine_config, progress, &results);
+    run = RunSequential(model, options, sources, engine_config, progress, &results);
   } else {
     engine_config.max_sessions = concurrency;
-    run = RunOnEngine(*model, engine_config, options, sources, concurrency, progress, &results,
+    run = RunOnEngine(*loaded, engine_config, options, sources, concurrency, progress, &results,
                       &stats);
   }
   const double seconds = progress.Finish();

@@ -148,7 +148,8 @@ def main():
                    "session_finished_total", "iteration_tokens", "word_lag_words",
                    "word_lag_seconds", "request_errors_total"):
         check(f"/metrics has gpeserve:{family}", f"# TYPE gpeserve:{family} " in metrics)
-    m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{model="[^"]*"\} (\d+)', metrics)
+    m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{adapter="base",model="[^"]*"\} '
+                  r'(\d+)', metrics)
     # Two Python sessions and two of gpe-client (the refused one never opened; the warm-up
     # runs on the engine directly).
     check("/metrics counts the sessions run", m is not None and int(m.group(1)) == 4,
@@ -297,6 +298,92 @@ def main():
                   [(x["output_ids"], x["delays"]) for x in live] ==
                   [(x["output_ids"], x["delays"]) for x in offline], (live, offline))
         check(f"{arch} server exits 0", family.stop() == 0, "".join(family.lines))
+
+    # ---- LoRA adapters: two served next to the base, sessions of all three run at once, each
+    # equal to gpe eval with its adapter offline; one folded into the weights. ----
+    adapters = {}
+    for name, seed, extra in [("one", 1, []),
+                              ("two", 2, ["--lora_targets", "q_proj,v_proj,down_proj",
+                                          "--use_rslora", "--modules_to_save", "lm_head"])]:
+        adapters[name] = os.path.join(a.work, "adapter-" + name)
+        r = subprocess.run([a.gpe, "make-adapter", "--model", model_dir, "--seed", str(seed),
+                            "--init_std", "0.3", "--out", adapters[name]] + extra,
+                           capture_output=True, text=True)
+        check(f"make-adapter {name}", r.returncode == 0, r.stderr)
+    multi = Server(a.gpeserve, "--model", model_dir, "--drain_seconds", "1",
+                   "--adapter", "one=" + adapters["one"], "--adapter", "two=" + adapters["two"])
+    multi_stub = pb_grpc.GpeserveStub(grpc.insecure_channel(multi.address))
+    listed = multi_stub.ListModels(pb.ListModelsRequest(), timeout=10).models
+    check("ListModels lists the adapters",
+          len(listed) == 1 and [x.name for x in listed[0].adapters] == ["one", "two"] and
+          listed[0].adapters[1].modules_to_save == ["lm_head"] and
+          not listed[0].adapters[0].merged, listed)
+    flags_ = ["--data", data, "--wait_k", "2", "--max_new_tokens", "12"]
+    results = {}
+
+    def live_eval(name):
+        out = os.path.join(a.work, f"live-adapter-{name or 'base'}.jsonl")
+        extra = ["--adapter", name] if name else []
+        results[name] = (client("eval", "--server", multi.address, "--concurrency", "2",
+                                "--words_per_second", "40", "--out", out, *flags_, *extra), out)
+    threads = [threading.Thread(target=live_eval, args=(n,)) for n in ("", "one", "two")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outputs = {}
+    for name in ("", "one", "two"):
+        r, live_out = results[name]
+        offline_out = os.path.join(a.work, f"off-adapter-{name or 'base'}.jsonl")
+        extra = ["--adapter", adapters[name]] if name else []
+        r2 = subprocess.run([a.gpe, "eval", "--model", model_dir, "--threads", "1", "--out",
+                             offline_out, *flags_, *extra], capture_output=True, text=True)
+        check(f"adapter '{name}': gpe-client eval and gpe eval run",
+              r.returncode == 0 and r2.returncode == 0, (r, r2.stderr))
+        if r.returncode == 0 and r2.returncode == 0:
+            live = [json.loads(line) for line in open(live_out)]
+            offline = [json.loads(line) for line in open(offline_out)]
+            outputs[name] = [x["output_ids"] for x in offline]
+            check(f"adapter '{name}': live (sessions of three adapters at once) == offline",
+                  [(x["output_ids"], x["delays"]) for x in live] ==
+                  [(x["output_ids"], x["delays"]) for x in offline], (live, offline))
+    check("the adapters change the output",
+          len(outputs) == 3 and outputs["one"] != outputs[""] and outputs["two"] != outputs[""],
+          outputs)
+    try:
+        session(multi_stub, ["x"], adapter="three")
+        check("an unknown adapter is refused", False, "no error")
+    except grpc.RpcError as e:
+        check("an unknown adapter is refused with NOT_FOUND naming the known ones",
+              e.code() == grpc.StatusCode.NOT_FOUND and "three" in e.details() and
+              "one, two" in e.details(), e)
+    metrics = urllib.request.urlopen(
+        f"http://127.0.0.1:{multi.metrics_port}/metrics").read().decode()
+    counts = {n: re.search(r'gpeserve:e2e_session_latency_seconds_count\{adapter="' + n +
+                           r'",model="[^"]*"\} (\d+)', metrics) for n in ("base", "one", "two")}
+    check("/metrics counts sessions by adapter",
+          all(m is not None and int(m.group(1)) == len(sentences) for m in counts.values()),
+          {n: m and m.group(0) for n, m in counts.items()})
+    check("adapter server exits 0", multi.stop() == 0, "".join(multi.lines))
+    merged = Server(a.gpeserve, "--model", model_dir, "--drain_seconds", "1",
+                    "--adapter", "one=" + adapters["one"], "--merge_adapters")
+    listed = pb_grpc.GpeserveStub(grpc.insecure_channel(merged.address)).ListModels(
+        pb.ListModelsRequest(), timeout=10).models
+    check("ListModels marks the merged adapter", listed[0].adapters[0].merged, listed)
+    live_out = os.path.join(a.work, "live-merged.jsonl")
+    offline_out = os.path.join(a.work, "off-merged.jsonl")
+    r = client("eval", "--server", merged.address, "--concurrency", "2", "--out", live_out,
+               "--adapter", "one", *flags_)
+    r2 = subprocess.run([a.gpe, "eval", "--model", model_dir, "--threads", "1", "--out",
+                         offline_out, "--adapter", adapters["one"], "--merge_adapter", *flags_],
+                        capture_output=True, text=True)
+    if r.returncode == 0 and r2.returncode == 0:
+        check("merged adapter: live == gpe eval --merge_adapter offline",
+              [json.loads(x)["output_ids"] for x in open(live_out)] ==
+              [json.loads(x)["output_ids"] for x in open(offline_out)])
+    else:
+        check("merged adapter: gpe-client eval and gpe eval run", False, (r, r2.stderr))
+    check("merged-adapter server exits 0", merged.stop() == 0, "".join(merged.lines))
 
     r = client("bench", "--server", served.address, "--sessions", "3", "--duration", "1",
                "--words", "6", "--words_per_second", "0", "--max_new_tokens", "8")
