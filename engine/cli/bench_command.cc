@@ -2,11 +2,14 @@
 // concurrent sessions grows. Every session streams the same kind of source (--words words,
 // all available at once) through the wait-k policy and writes --target_tokens tokens (greedy,
 // end-of-sequence ignored) so that every row does the same work per session.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -22,6 +25,7 @@
 #include "engine/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/eval/latency.h"
+#include "engine/model/adapter.h"
 #include "engine/model/model.h"
 #include "flags/groups.h"
 
@@ -41,12 +45,15 @@ struct Row {
   double itl_p50 = 0, itl_p99 = 0;    // ms between consecutive tokens of a session
   double tokens_per_step = 0;
   double sessions_per_step = 0;
+  int64_t steps = 0;
   std::vector<double> latencies;  // ms from Open to the final event, per session
 };
 
-// Runs `n` sessions at once on `engine` and measures them.
-absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& config,
-                           const std::vector<std::string>& words, int n) {
+// Runs `n` sessions at once on `engine` and measures them; session i runs adapter
+// adapters[i % size] (none: the base).
+absl::StatusOr<Row> RunRow(engine::Engine& eng, engine::SessionConfig config,
+                           const std::vector<std::string>& words, int n,
+                           const std::vector<std::string>& adapters = {}) {
   struct Trace {
     Clock::time_point open, end;
     std::vector<Clock::time_point> tokens;  // arrival of each token (loop thread)
@@ -64,6 +71,7 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < n; ++i) {
     traces[i].open = Clock::now();
+    if (!adapters.empty()) config.adapter = adapters[i % adapters.size()];
     auto handle = eng.Open(config, [&, i](const engine::SessionEvent& e) {
       Trace& t = traces[i];
       if (e.kind == engine::SessionEvent::Kind::kTokens) {
@@ -111,6 +119,7 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, const engine::SessionConfig& con
   row.itl_p50 = eval::Percentile(itl, 50);
   row.itl_p99 = eval::Percentile(itl, 99);
   const int64_t steps = after.steps - before.steps;
+  row.steps = steps;
   row.tokens_per_step =
       steps > 0 ? static_cast<double>(after.step_tokens - before.step_tokens) / steps : 0;
   row.sessions_per_step =
@@ -243,6 +252,92 @@ int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
   return 0;
 }
 
+// Random adapters of rank `rank` (alpha 2 * rank) on every projection of `m`, written to a
+// temporary folder and loaded as "a0", "a1", ...
+absl::StatusOr<std::vector<std::shared_ptr<const model::Adapter>>> BenchAdapters(
+    const model::Model& m, int count, int rank) {
+  namespace fs = std::filesystem;
+  model::AdapterConfig config;
+  config.r = rank;
+  config.lora_alpha = 2.0 * rank;
+  config.target_list = {"all-linear"};
+  const fs::path temp = fs::temp_directory_path() / absl::StrCat("gpe-bench-adapters-", ::getpid());
+  std::vector<std::shared_ptr<const model::Adapter>> adapters;
+  for (int i = 0; i < count; ++i) {
+    const std::string dir = (temp / absl::StrCat("a", i)).string();
+    auto tensors = model::RandomAdapterTensors(m, config, 1 + i, 0.02);
+    if (!tensors.ok()) return tensors.status();
+    if (absl::Status s = model::WriteAdapterFolder(dir, config, *tensors); !s.ok()) return s;
+    auto adapter = model::LoadAdapter(dir, m, absl::StrCat("a", i));
+    if (!adapter.ok()) return adapter.status();
+    adapters.push_back(*std::move(adapter));
+  }
+  std::error_code ignored;
+  fs::remove_all(temp, ignored);  // loaded adapters hold copies
+  return adapters;
+}
+
+// --adapters N: per count, the base alone, the sessions spread over N adapters (one engine, so
+// every step mixes them) and the base with one adapter merged (another engine), each the median
+// of `rounds` interleaved runs: throughput and ms per forward step, and the ratios to the base.
+int RunAdapterRows(const std::shared_ptr<const model::Model>& m,
+                   const engine::EngineConfig& engine_config, const engine::SessionConfig& config,
+                   const std::vector<std::string>& source, const std::vector<int>& counts,
+                   int adapter_count, int rank, int rounds) {
+  auto adapters = BenchAdapters(*m, adapter_count, rank);
+  if (!adapters.ok()) {
+    std::cerr << "gpe: " << adapters.status().message() << "\n";
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const auto& a : *adapters) names.push_back(a->name);
+  auto merged_model = m->WithMergedAdapter(*adapters->front());
+  if (!merged_model.ok()) {
+    std::cerr << "gpe: " << merged_model.status().message() << "\n";
+    return 1;
+  }
+  auto eng = engine::Engine::Create(m, engine_config, *adapters);
+  auto merged = engine::Engine::Create(*merged_model, engine_config);
+  if (!eng.ok() || !merged.ok()) {
+    std::cerr << "gpe: " << (eng.ok() ? merged.status() : eng.status()).message() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat(
+      "%d adapters of rank %d on every projection (%d parameters each); median of %d rounds\n",
+      adapter_count, rank, adapters->front()->parameters, rounds);
+  std::cout << absl::StrFormat("%8s %10s %11s %7s %10s %11s %10s %10s %7s\n", "sessions",
+                               "base tok/s", "mixed tok/s", "ratio", "base ms/st", "mixed ms/st",
+                               "lora ms/st", "merged t/s", "ratio");
+  for (int n : counts) {
+    std::vector<double> base_rate, mixed_rate, merged_rate, base_step, mixed_step;
+    for (int round = 0; round < rounds; ++round) {
+      auto base = RunRow(**eng, config, source, n);
+      auto mixed = RunRow(**eng, config, source, n, names);
+      auto folded = RunRow(**merged, config, source, n);
+      for (const auto* row : {&base, &mixed, &folded}) {
+        if (!row->ok()) {
+          std::cerr << "gpe: " << row->status().message() << "\n";
+          return 1;
+        }
+      }
+      base_rate.push_back(base->target_tokens / base->seconds);
+      mixed_rate.push_back(mixed->target_tokens / mixed->seconds);
+      merged_rate.push_back(folded->target_tokens / folded->seconds);
+      base_step.push_back(1e3 * base->seconds / std::max<int64_t>(1, base->steps));
+      mixed_step.push_back(1e3 * mixed->seconds / std::max<int64_t>(1, mixed->steps));
+    }
+    const double b = eval::Percentile(base_rate, 50), x = eval::Percentile(mixed_rate, 50),
+                 f = eval::Percentile(merged_rate, 50), bs = eval::Percentile(base_step, 50),
+                 xs = eval::Percentile(mixed_step, 50);
+    std::cout << absl::StrFormat("%8d %10.1f %11.1f %6.2fx %10.2f %11.2f %10.2f %10.1f %6.2fx\n", n,
+                                 b, x, x / b, bs, xs, xs - bs, f, f / b);
+    std::cout.flush();
+  }
+  (*eng)->Shutdown();
+  (*merged)->Shutdown();
+  return 0;
+}
+
 }  // namespace
 
 int BenchCommand(int argc, char** argv, int first) {
@@ -289,6 +384,13 @@ int BenchCommand(int argc, char** argv, int first) {
   flags.Add("long_read_slowdown", "F",
             "engine: pace long reads to slow the others' steps at most F times (0: off)",
             &engine_config.long_read_slowdown, {.min = 0});
+  int adapter_count = 0, adapter_rank = 32;
+  flags.Add("adapters", "N",
+            "LoRA: per count, sessions spread over N random adapters vs the base alone vs one "
+            "adapter merged (median of --rounds interleaved runs each; 0: off)",
+            &adapter_count, {.min = 0});
+  flags.Add("adapter_rank", "R", "--adapters: rank of each (alpha 2R, every projection)",
+            &adapter_rank, {.min = 1});
   flags.AddCheck([&engine_config] {
     const double slowdown = engine_config.long_read_slowdown;
     if (slowdown > 0 && slowdown < 1) {
@@ -335,6 +437,11 @@ int BenchCommand(int argc, char** argv, int first) {
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;
+  }
+  if (adapter_count > 0) {
+    (*eng)->Shutdown();
+    return RunAdapterRows(m, engine_config, config, source, counts, adapter_count, adapter_rank,
+                          rounds);
   }
   if (long_prompt > 0) {
     const int code = RunLongPromptRows(**eng, config, source, counts, long_prompt, rounds);

@@ -104,6 +104,28 @@ torch::Tensor Widened(const Matrix& m) {
 
 }  // namespace
 
+void LayerLora::Stack() {
+  auto stack = [](std::initializer_list<LoraWeights*> members) {
+    std::vector<torch::Tensor> parts;
+    int64_t rows = 0;
+    const torch::Tensor* previous = nullptr;
+    for (LoraWeights* w : members) {
+      if (!w->defined()) continue;
+      if (previous != nullptr && w->a.is_same(*previous)) {
+        w->offset = rows - w->a.size(0);  // a fused projection's part: the same A
+        continue;
+      }
+      w->offset = rows;
+      rows += w->a.size(0);
+      parts.push_back(w->a);
+      previous = &w->a;
+    }
+    return parts.empty() ? torch::Tensor() : torch::cat(parts).contiguous();
+  };
+  qkv_a = stack({&q, &k, &v});
+  gate_up_a = stack({&gate, &up});
+}
+
 torch::Tensor LoraWeights::Delta(const torch::Tensor& x) const {
   return torch::mm(torch::mm(x, a.t()) * scale, b.t());
 }
@@ -249,6 +271,7 @@ absl::StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& di
         saved = HeldLike(*full, held);
       }
     }
+    for (LayerLora& layer : adapter->layers) layer.Stack();
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat(path, ": libtorch error while loading: ", e.what_without_backtrace()));

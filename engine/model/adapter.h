@@ -33,6 +33,7 @@ struct LoraWeights {
   torch::Tensor a, b;
   double scale = 1.0;
   bool embedding = false;
+  int64_t offset = 0;  // the first row of `a` in its layer's stacked matrix (LayerLora::Stack)
 
   bool defined() const { return a.defined(); }
   // scale · (x aᵀ) bᵀ for x [rows, in]: [rows, out].
@@ -47,6 +48,13 @@ struct LoraWeights {
 // `a`; their `b` rows are split like the base matrix.
 struct LayerLora {
   LoraWeights q, k, v, o, gate, up, down;
+  // The A matrices of the modules that read one input stacked, each distinct one once (a fused
+  // projection's parts share theirs): one product x Aᵀ serves q, k and v (gate and up). Set by
+  // Stack(); undefined: each module multiplies by its own `a` (training). `none`: always
+  // undefined (modules with an input of their own).
+  torch::Tensor qkv_a, gate_up_a, none;
+  // Builds qkv_a and gate_up_a and the members' offsets into them.
+  void Stack();
 };
 
 struct Adapter {

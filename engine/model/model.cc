@@ -458,7 +458,7 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
 namespace {
 
 // Adds each span's update to its rows of `y` (the product of `in` with a base matrix): the
-// LoRA `slot` picks of the span's adapter. A span over every row adds out of place (training
+// LoRA `pick` gives of the span's adapter. A span over every row adds out of place (training
 // differentiates through it); the others add into their rows.
 template <typename Pick>
 torch::Tensor Adapted(torch::Tensor y, const torch::Tensor& in,
@@ -473,6 +473,37 @@ torch::Tensor Adapted(torch::Tensor y, const torch::Tensor& in,
     }
   }
   return y;
+}
+
+// A layer's modules that read one input: their LoRA slots, their outputs (the base products,
+// updated in place or replaced), and the slot of their stacked A matrices (LayerLora::Stack).
+struct SharedInput {
+  std::vector<std::pair<LoraWeights LayerLora::*, torch::Tensor*>> modules;
+  torch::Tensor LayerLora::*stacked;
+};
+
+// Adds each span's updates of `group` (modules reading `in`, in layer `layer`): x Aᵀ once for
+// all of them when the adapter stacked their A matrices, then one addmm per module.
+void AddLora(std::span<const AdapterSpan> adapters, size_t layer, const torch::Tensor& in,
+             const SharedInput& group) {
+  for (const AdapterSpan& span : adapters) {
+    const LayerLora& l = span.adapter->layers[layer];
+    const bool all = span.begin == 0 && span.count == in.size(0);
+    const torch::Tensor x = all ? in : in.narrow(0, span.begin, span.count);
+    const torch::Tensor& stacked = l.*group.stacked;
+    const torch::Tensor xa = stacked.defined() ? torch::mm(x, stacked.t()) : torch::Tensor();
+    for (const auto& [slot, out] : group.modules) {
+      const LoraWeights& w = l.*slot;
+      if (!w.defined()) continue;
+      const torch::Tensor part =
+          xa.defined() ? xa.narrow(1, w.offset, w.a.size(0)) : torch::mm(x, w.a.t());
+      if (all) {
+        *out = torch::addmm(*out, part, w.b.t(), 1.0, w.scale);
+      } else {
+        out->narrow(0, span.begin, span.count).addmm_(part, w.b.t(), 1.0, w.scale);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -507,20 +538,16 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
   }
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
-    // The layer's product with `m` plus each adapter's update of it.
-    auto project = [&](const torch::Tensor& in, const Matrix& m, const torch::Tensor& b,
-                       LoraWeights LayerLora::*slot) {
-      torch::Tensor y = Linear(in, m, b);
-      if (adapters.empty()) return y;
-      return Adapted(std::move(y), in, adapters, [i, slot](const Adapter& a) -> const LoraWeights& {
-        return a.layers[i].*slot;
-      });
-    };
     const torch::Tensor h = RmsNorm(c, x, l.input_norm);
-    torch::Tensor q = project(h, l.q_w, l.q_b, &LayerLora::q).view({t, c.num_heads, c.head_dim});
-    torch::Tensor k = project(h, l.k_w, l.k_b, &LayerLora::k).view({t, c.num_kv_heads, c.head_dim});
-    const torch::Tensor v =
-        project(h, l.v_w, l.v_b, &LayerLora::v).view({t, c.num_kv_heads, c.head_dim});
+    torch::Tensor q = Linear(h, l.q_w, l.q_b), k = Linear(h, l.k_w, l.k_b),
+                  v = Linear(h, l.v_w, l.v_b);
+    if (!adapters.empty()) {
+      AddLora(adapters, i, h,
+              {{{&LayerLora::q, &q}, {&LayerLora::k, &k}, {&LayerLora::v, &v}}, &LayerLora::qkv_a});
+    }
+    q = q.view({t, c.num_heads, c.head_dim});
+    k = k.view({t, c.num_kv_heads, c.head_dim});
+    v = v.view({t, c.num_kv_heads, c.head_dim});
     if (c.qk_norm) {
       q = RmsNorm(c, q, l.q_norm);
       k = RmsNorm(c, k, l.k_norm);
@@ -529,19 +556,28 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
     k = ApplyRotary(k, cos, sin);
     const int64_t layer = static_cast<int64_t>(i);
     const torch::Tensor attn =
-        attention.Attend({.layer = layer,
-                          .scale = c.attention_scale(),
-                          .softcap = c.attn_logit_softcapping,
-                          .window = c.windowed(layer) ? c.sliding_window : 0},
-                         q, k, v);
-    torch::Tensor out =
-        project(attn.reshape({t, c.num_heads * c.head_dim}), l.o_w, l.o_b, &LayerLora::o);
+        attention
+            .Attend({.layer = layer,
+                     .scale = c.attention_scale(),
+                     .softcap = c.attn_logit_softcapping,
+                     .window = c.windowed(layer) ? c.sliding_window : 0},
+                    q, k, v)
+            .reshape({t, c.num_heads * c.head_dim});
+    torch::Tensor out = Linear(attn, l.o_w, l.o_b);
+    if (!adapters.empty()) AddLora(adapters, i, attn, {{{&LayerLora::o, &out}}, &LayerLora::none});
     if (c.sandwich_norms) out = RmsNorm(c, out, l.attn_out_norm);
     x = x + out;
     const torch::Tensor m = RmsNorm(c, x, l.mlp_norm);
-    const torch::Tensor act = Activate(c, project(m, l.gate_w, l.gate_b, &LayerLora::gate)) *
-                              project(m, l.up_w, l.up_b, &LayerLora::up);
-    out = project(act, l.down_w, l.down_b, &LayerLora::down);
+    torch::Tensor gate = Linear(m, l.gate_w, l.gate_b), up = Linear(m, l.up_w, l.up_b);
+    if (!adapters.empty()) {
+      AddLora(adapters, i, m,
+              {{{&LayerLora::gate, &gate}, {&LayerLora::up, &up}}, &LayerLora::gate_up_a});
+    }
+    const torch::Tensor act = Activate(c, gate) * up;
+    out = Linear(act, l.down_w, l.down_b);
+    if (!adapters.empty()) {
+      AddLora(adapters, i, act, {{{&LayerLora::down, &out}}, &LayerLora::none});
+    }
     if (c.sandwich_norms) out = RmsNorm(c, out, l.mlp_out_norm);
     x = x + out;
   }
