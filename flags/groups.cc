@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "engine/policy/profile.h"
 
 namespace gpeserve::flags {
@@ -30,6 +32,26 @@ void AddAdapterFlags(FlagSet& flags, ModelFlags* model) {
     }
     return absl::OkStatus();
   });
+}
+
+void AddLoraFlags(FlagSet& flags, model::AdapterConfig* config) {
+  flags.Add("lora_r", "R", "rank of the LoRA updates", &config->r, {.min = 1});
+  flags.Add("lora_alpha", "A", "LoRA alpha: the updates are scaled by alpha / r",
+            &config->lora_alpha);
+  flags.Add("use_rslora", "scale the LoRA updates by alpha / sqrt(r) (rank-stabilized)",
+            &config->use_rslora);
+  flags.AddParsed("lora_targets", "NAMES",
+                  "comma-separated modules LoRA changes: q_proj, k_proj, v_proj, o_proj, "
+                  "gate_proj, up_proj, down_proj (Phi-3: qkv_proj, gate_up_proj), embed_tokens, "
+                  "lm_head, or all-linear",
+                  absl::StrJoin(config->target_list, ","), [config](std::string_view text) {
+                    config->target_list = absl::StrSplit(
+                        absl::string_view(text.data(), text.size()), ',', absl::SkipEmpty());
+                    if (config->target_list.empty()) {
+                      return absl::InvalidArgumentError("takes at least one module name");
+                    }
+                    return absl::OkStatus();
+                  });
 }
 
 void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {

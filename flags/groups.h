@@ -2,6 +2,7 @@
 // that a flag has one name, one help text and one default (the struct's) everywhere:
 //   model     --model --dtype --device --threads        gpeserve, gpe eval/logits/bench*
 //   adapter   --adapter --merge_adapter                  gpe eval/logits
+//   LoRA      --lora_r --lora_alpha --use_rslora --lora_targets  gpe make-adapter/train
 //   KV cache  --block_size --kv_blocks --kv_cache_memory gpeserve, gpe eval
 //   scheduler --max_batch_tokens --max_sessions_per_step --long_read_tokens
 //             --long_read_slowdown                       gpeserve, gpe eval, gpe bench
@@ -18,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
+#include "engine/model/adapter_config.h"
 #include "engine/model/options.h"
 #include "engine/sampler/sampler.h"
 #include "engine/session/stream_session.h"
@@ -41,6 +43,9 @@ void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help = kMo
                    bool with_device = true);
 // --adapter DIR, --merge_adapter.
 void AddAdapterFlags(FlagSet& flags, ModelFlags* model);
+// The shape of a LoRA adapter to make or train: --lora_r, --lora_alpha, --use_rslora,
+// --lora_targets.
+void AddLoraFlags(FlagSet& flags, model::AdapterConfig* config);
 
 // --block_size, --kv_blocks, --kv_cache_memory.
 void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config);

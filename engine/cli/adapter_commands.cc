@@ -27,24 +27,6 @@ int Fail(const absl::Status& status, int code = 1) {
   return code;
 }
 
-void AddLoraShapeFlags(flags::FlagSet& flags, model::AdapterConfig* config) {
-  flags.Add("lora_r", "R", "rank of the low-rank updates", &config->r, {.min = 1});
-  flags.Add("lora_alpha", "A", "alpha: the updates are scaled by alpha / r", &config->lora_alpha);
-  flags.Add("use_rslora", "scale by alpha / sqrt(r) instead (rank-stabilized LoRA)",
-            &config->use_rslora);
-  flags.AddParsed("lora_targets", "NAMES",
-                  "comma-separated module names the adapter changes (q_proj, v_proj, ..., "
-                  "all-linear, embed_tokens, lm_head; Phi-3: qkv_proj, gate_up_proj)",
-                  "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
-                  [config](std::string_view text) {
-                    config->target_list = SplitList(text);
-                    if (config->target_list.empty()) {
-                      return absl::InvalidArgumentError("takes at least one module name");
-                    }
-                    return absl::OkStatus();
-                  });
-}
-
 }  // namespace
 
 int MakeAdapterCommand(int argc, char** argv, int first) {
@@ -60,7 +42,7 @@ int MakeAdapterCommand(int argc, char** argv, int first) {
   config.lora_alpha = 16;
   config.target_list = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                         "gate_proj", "up_proj", "down_proj"};
-  AddLoraShapeFlags(flags, &config);
+  flags::AddLoraFlags(flags, &config);
   flags.AddParsed("modules_to_save", "NAMES",
                   "comma-separated modules saved whole (lm_head, embed_tokens)", "",
                   [&config](std::string_view text) {

@@ -20,6 +20,7 @@
 #include "engine/model/options.h"
 #include "engine/train/trainer.h"
 #include "flags/flags.h"
+#include "flags/groups.h"
 
 namespace gpeserve::cli {
 namespace {
@@ -92,7 +93,10 @@ int TrainCommand(int argc, char** argv, int first) {
       "--wait_k, for models served with GPE), batch (plain causal, loss on the target),\n"
       "or mixed (each example batch with probability --batch_fraction, else streaming).\n"
       "--resume CHECKPOINT continues a run exactly where that checkpoint left it (same\n"
-      "flags). fp32 on the CPU, or --device cuda.");
+      "flags). fp32 on the CPU, or --device cuda.\n"
+      "With --lora_r R only a LoRA adapter is trained (the base frozen in its stored\n"
+      "dtype on the CPU, the adapter in fp32, in any mode) and --out is a PEFT adapter\n"
+      "folder that peft, gpeserve --adapter and gpe eval --adapter load.");
   train::TrainConfig config;
   std::optional<std::string> init_dir, data_path, out_dir, resume, instruction;
   std::string source_key = "en", target_key = "de", profile_name = policy::kAutoProfile;
@@ -102,6 +106,11 @@ int TrainCommand(int argc, char** argv, int first) {
   model::ModelOptions model_options{.dtype = "fp32"};
   model::DType save_dtype = model::DType::kF32;
   flags.Add("init", "DIR", "model folder to start from (make-model or a checkpoint)", &init_dir);
+  model::AdapterConfig lora;
+  lora.r = 32;
+  lora.lora_alpha = 64;
+  lora.target_list = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  flags::AddLoraFlags(flags, &lora);
   flags.Add("data", "FILE", "training data: JSON array of objects", &data_path);
   flags.Add("source_key", "KEY", "source field", &source_key);
   flags.Add("target_key", "KEY", "target field", &target_key);
@@ -139,7 +148,7 @@ int TrainCommand(int argc, char** argv, int first) {
   flags.Add("grad_accum", "N", "micro-batches per optimizer step", &accum, {.min = 1});
   flags.Add("max_grad_norm", "X", "gradient clipping (0: none)", &config.max_grad_norm, {.min = 0});
   flags.Add("weight_decay", "X", "AdamW weight decay", &config.weight_decay, {.min = 0});
-  flags.Add("seed", "N", "shuffling seed", &seed);
+  flags.Add("seed", "N", "shuffling seed (and the LoRA adapter's initial values)", &seed);
   flags.Add("save_every", "N", "checkpoint every N steps (0: only at the end)", &save_every,
             {.min = 0});
   flags.Add("log_every", "N", "print the loss every N steps", &log_every, {.min = 1});
@@ -150,6 +159,18 @@ int TrainCommand(int argc, char** argv, int first) {
       {{"fp32", model::DType::kF32}, {"bf16", model::DType::kBF16}, {"fp16", model::DType::kF16}});
   flags.Add("out", "DIR", "output model folder", &out_dir);
   if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  if (flags.Given("lora_r") || flags.Given("lora_alpha") || flags.Given("lora_targets") ||
+      flags.Given("use_rslora")) {
+    if (!flags.Given("lora_r")) {
+      std::cerr << "gpe: --lora_alpha, --lora_targets and --use_rslora need --lora_r\n";
+      return 2;
+    }
+    config.lora = lora;
+    config.lora_seed = seed;
+    // The frozen base stays in its stored dtype on the CPU (activations are fp32 there); on
+    // CUDA activations follow the weights, so the base is fp32 like the adapter.
+    if (model_options.device == "cpu") model_options.dtype = "auto";
+  }
   if (!init_dir || !data_path || !out_dir) {
     std::cerr << "gpe: --init, --data and --out are required\n\n" << flags.Help();
     return 2;

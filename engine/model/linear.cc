@@ -89,8 +89,12 @@ torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tenso
   if (x.device().is_cpu() && !x.requires_grad() && !w.data.requires_grad()) {
     return CpuLinear(x, w, b);
   }
-  return b.defined() ? torch::nn::functional::linear(x, w.data, b)
-                     : torch::nn::functional::linear(x, w.data);
+  // A frozen weight held in another dtype than the activations (a LoRA's base in training):
+  // widened for this product.
+  const torch::Tensor weight =
+      w.data.scalar_type() == x.scalar_type() ? w.data : w.data.to(x.scalar_type());
+  return b.defined() ? torch::nn::functional::linear(x, weight, b)
+                     : torch::nn::functional::linear(x, weight);
 }
 
 // Rows `ids` of the embedding, in `dtype`.

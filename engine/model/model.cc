@@ -555,14 +555,13 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
     const int64_t layer = static_cast<int64_t>(i);
-    const torch::Tensor attn =
-        attention
-            .Attend({.layer = layer,
-                     .scale = c.attention_scale(),
-                     .softcap = c.attn_logit_softcapping,
-                     .window = c.windowed(layer) ? c.sliding_window : 0},
-                    q, k, v)
-            .reshape({t, c.num_heads * c.head_dim});
+    const torch::Tensor attn = attention
+                                   .Attend({.layer = layer,
+                                            .scale = c.attention_scale(),
+                                            .softcap = c.attn_logit_softcapping,
+                                            .window = c.windowed(layer) ? c.sliding_window : 0},
+                                           q, k, v)
+                                   .reshape({t, c.num_heads * c.head_dim});
     torch::Tensor out = Linear(attn, l.o_w, l.o_b);
     if (!adapters.empty()) AddLora(adapters, i, attn, {{{&LayerLora::o, &out}}, &LayerLora::none});
     if (c.sandwich_norms) out = RmsNorm(c, out, l.attn_out_norm);

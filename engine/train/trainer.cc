@@ -1,5 +1,7 @@
 #include "engine/train/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -50,22 +52,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
   t->profile_ = profile;
   t->config_ = config;
   const model::Weights& w = t->init_->weights();
-  t->weights_.embed.data = Trainable(w.embed.data);
-  t->weights_.final_norm = Trainable(w.final_norm);
-  t->weights_.lm_head.data =
-      t->init_->config().tie_word_embeddings ? t->weights_.embed.data : Trainable(w.lm_head.data);
-  t->parameters_ = {t->weights_.embed.data, t->weights_.final_norm};
-  if (!t->init_->config().tie_word_embeddings) t->parameters_.push_back(t->weights_.lm_head.data);
-  for (const model::LayerWeights& l : w.layers) {
-    model::LayerWeights copy = l;  // shares the served tensors until replaced below
-    copy.ForEachTensor([&](torch::Tensor& tensor) {
-      if (!tensor.defined()) return;
-      tensor = Trainable(tensor);
-      t->parameters_.push_back(tensor);
-    });
-    copy.q_w.scale = copy.k_w.scale = copy.v_w.scale = copy.o_w.scale = copy.gate_w.scale =
-        copy.up_w.scale = copy.down_w.scale = torch::Tensor();
-    t->weights_.layers.push_back(std::move(copy));
+  if (config.lora) {
+    t->weights_ = w;  // frozen, shared with the loaded model
+    if (absl::Status s = t->CreateAdapter(); !s.ok()) return s;
+  } else {
+    t->CopyTrainableWeights();
   }
   t->optimizer_ =
       std::make_unique<torch::optim::AdamW>(t->parameters_, torch::optim::AdamWOptions(config.lr)
@@ -73,6 +64,114 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const m
                                                                 .eps(config.eps)
                                                                 .weight_decay(config.weight_decay));
   return t;
+}
+
+void Trainer::CopyTrainableWeights() {
+  const model::Weights& w = init_->weights();
+  weights_.embed.data = Trainable(w.embed.data);
+  weights_.final_norm = Trainable(w.final_norm);
+  weights_.lm_head.data =
+      init_->config().tie_word_embeddings ? weights_.embed.data : Trainable(w.lm_head.data);
+  parameters_ = {weights_.embed.data, weights_.final_norm};
+  if (!init_->config().tie_word_embeddings) parameters_.push_back(weights_.lm_head.data);
+  for (const model::LayerWeights& l : w.layers) {
+    model::LayerWeights copy = l;  // shares the served tensors until replaced below
+    copy.ForEachTensor([&](torch::Tensor& tensor) {
+      if (!tensor.defined()) return;
+      tensor = Trainable(tensor);
+      parameters_.push_back(tensor);
+    });
+    copy.q_w.scale = copy.k_w.scale = copy.v_w.scale = copy.o_w.scale = copy.gate_w.scale =
+        copy.up_w.scale = copy.down_w.scale = torch::Tensor();
+    weights_.layers.push_back(std::move(copy));
+  }
+}
+
+absl::Status Trainer::CreateAdapter() {
+  const model::ModelConfig& c = init_->config();
+  model::AdapterConfig& lora = *config_.lora;
+  auto targeted = model::TargetedModules(lora, c, "--lora_targets");
+  if (!targeted.ok()) return targeted.status();
+  if (!lora.modules_to_save.empty()) {
+    return absl::UnimplementedError("training modules_to_save is not implemented");
+  }
+  const torch::Device device = init_->device();
+  // Drawn on the CPU from the seed (the same adapter on every device), then moved.
+  auto generator = at::detail::createCPUGenerator(config_.lora_seed);
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat32);
+  adapter_ = std::make_shared<model::Adapter>();
+  adapter_->config = lora;
+  adapter_->layers.resize(c.num_layers);
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim,
+                ff = c.intermediate_size;
+  torch::NoGradGuard no_grad;
+  for (const model::AdaptableModule& module : *targeted) {
+    const std::string key = "base_model.model." + module.name;
+    const int64_t rank = lora.RankOf(module.name);
+    model::LoraWeights w;
+    w.scale = lora.ScalingOf(module.name, rank);
+    torch::Tensor a, b;
+    if (module.kind == model::AdaptableModule::Kind::kEmbedding) {
+      // PEFT: A zero, B normal; A is held transposed ([vocab, r]), saved as [r, vocab].
+      a = torch::zeros({module.in, rank}, fp32).to(device);
+      b = torch::randn({module.out, rank}, generator, fp32).to(device);
+      w.embedding = true;
+      adapter_tensors_.emplace_back(key + ".lora_embedding_A", a);  // transposed when saved
+      adapter_tensors_.emplace_back(key + ".lora_embedding_B", b);
+    } else {
+      // PEFT: kaiming_uniform(a = sqrt(5)) on A, i.e. uniform in +-1/sqrt(in); B zero.
+      const double bound = 1.0 / std::sqrt(static_cast<double>(module.in));
+      a = (torch::rand({rank, module.in}, generator, fp32) * (2 * bound) - bound).to(device);
+      b = torch::zeros({module.out, rank}, fp32).to(device);
+      adapter_tensors_.emplace_back(key + ".lora_A.weight", a);
+      adapter_tensors_.emplace_back(key + ".lora_B.weight", b);
+    }
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    parameters_.push_back(a);
+    parameters_.push_back(b);
+    w.a = a;
+    w.b = b;
+    if (module.kind == model::AdaptableModule::Kind::kEmbedding) {
+      adapter_->embed = w;
+      continue;
+    }
+    if (module.layer < 0) {
+      adapter_->lm_head = w;
+      continue;
+    }
+    model::LayerLora& l = adapter_->layers[module.layer];
+    const std::string leaf = module.name.substr(module.name.rfind('.') + 1);
+    // A fused projection's parts are row views of its one B (gradients reach it through them).
+    auto rows = [&w](int64_t begin, int64_t count) {
+      model::LoraWeights part = w;
+      part.b = w.b.narrow(0, begin, count);
+      return part;
+    };
+    if (leaf == "qkv_proj") {
+      l.q = rows(0, q_dim);
+      l.k = rows(q_dim, kv_dim);
+      l.v = rows(q_dim + kv_dim, kv_dim);
+    } else if (leaf == "gate_up_proj") {
+      l.gate = rows(0, ff);
+      l.up = rows(ff, ff);
+    } else {
+      model::LoraWeights* slot = leaf == "q_proj"      ? &l.q
+                                 : leaf == "k_proj"    ? &l.k
+                                 : leaf == "v_proj"    ? &l.v
+                                 : leaf == "o_proj"    ? &l.o
+                                 : leaf == "gate_proj" ? &l.gate
+                                 : leaf == "up_proj"   ? &l.up
+                                                       : &l.down;
+      *slot = w;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<model::AdapterSpan> Trainer::Spans(int64_t rows) const {
+  if (!adapter_) return {};
+  return {{adapter_.get(), 0, rows}};
 }
 
 absl::StatusOr<Trainer::Tokenized> Trainer::Tokenize(const std::string& source,
@@ -240,12 +339,13 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
     const torch::Tensor pos = torch::tensor(positions, torch::kInt64).to(device);
     auto [cos, sin] = init_->Rotary(pos);
     model::PaddedAttention attention(row_index.to(device), allowed.to(device));
-    const torch::Tensor hidden =
-        model::TransformerHidden(c, weights_, ids, cos.unsqueeze(1), sin.unsqueeze(1), attention);
+    const torch::Tensor hidden = model::TransformerHidden(
+        c, weights_, ids, cos.unsqueeze(1), sin.unsqueeze(1), attention, Spans(ids.size(0)));
     const torch::Tensor target = torch::tensor(targets, torch::kInt64).to(device);
     const torch::Tensor rows = target.ge(0).nonzero().squeeze(1);
     if (rows.numel() == 0) return absl::InvalidArgumentError("no target tokens in the batch");
-    const torch::Tensor logits = model::LmLogits(c, weights_, hidden.index_select(0, rows));
+    const torch::Tensor logits =
+        model::LmLogits(c, weights_, hidden.index_select(0, rows), Spans(rows.size(0)));
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(logits, target.index_select(0, rows));
     if (backward) (loss * scale).backward();
@@ -288,16 +388,28 @@ torch::Tensor Trainer::Logits(const std::vector<int64_t>& tokens,
   auto [cos, sin] = init_->Rotary(pos);
   model::DenseAttention attention(
       {}, {}, model::DenseAttention::CausalMask(static_cast<int64_t>(tokens.size())).to(device));
-  const torch::Tensor hidden =
-      model::TransformerHidden(init_->config(), weights_, torch::tensor(tokens).to(device),
-                               cos.unsqueeze(1), sin.unsqueeze(1), attention);
-  return model::LmLogits(init_->config(), weights_, hidden).to(torch::kCPU, torch::kFloat32);
+  const torch::Tensor hidden = model::TransformerHidden(
+      init_->config(), weights_, torch::tensor(tokens).to(device), cos.unsqueeze(1),
+      sin.unsqueeze(1), attention, Spans(static_cast<int64_t>(tokens.size())));
+  return model::LmLogits(init_->config(), weights_, hidden,
+                         Spans(static_cast<int64_t>(tokens.size())))
+      .to(torch::kCPU, torch::kFloat32);
 }
 
 absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_dir,
                            model::DType dtype) const {
   namespace fs = std::filesystem;
   torch::NoGradGuard no_grad;  // fused projections are concatenated for the file
+  if (adapter_) {
+    model::AdapterConfig config = *config_.lora;
+    config.base_model_name_or_path = init_dir;
+    std::vector<model::AdapterTensor> tensors;
+    for (const auto& [name, t] : adapter_tensors_) {
+      // The embedding's A is held [vocab, r]; PEFT stores [r, vocab].
+      tensors.emplace_back(name, name.ends_with("lora_embedding_A") ? t.t() : t);
+    }
+    return model::WriteAdapterFolder(out_dir, config, tensors);
+  }
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error) return absl::UnavailableError(out_dir + ": " + error.message());

@@ -23,11 +23,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/adapter.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
 #include "engine/policy/profile.h"
@@ -45,6 +47,11 @@ struct TrainConfig {
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;  // 0: no clipping
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Set: train only a LoRA adapter of this configuration (the base frozen, in the dtype it was
+  // loaded in; the adapter in fp32, initialized as PEFT does: A uniform in +-1/sqrt(in), B
+  // zero; embeddings A zero, B normal), and save it as a PEFT folder.
+  std::optional<model::AdapterConfig> lora;
+  uint64_t lora_seed = 0;  // the adapter's initial values
 };
 
 // One training sequence: token ids, position ids, and for each token whether the next token's
@@ -93,7 +100,9 @@ class Trainer {
 
   // Writes a model folder: the init folder's config (its torch_dtype set to what is stored),
   // generation config and tokenizer files, and model.safetensors with the current weights in
-  // `dtype` (bf16 halves the folder; the weights are rounded to nearest even).
+  // `dtype` (bf16 halves the folder; the weights are rounded to nearest even). Training a LoRA
+  // adapter: a PEFT adapter folder (adapter_config.json naming `init_dir` as the base,
+  // adapter_model.safetensors in fp32) that peft and gpeserve --adapter load.
   absl::Status Save(const std::string& init_dir, const std::string& out_dir,
                     model::DType dtype = model::DType::kF32) const;
 
@@ -116,12 +125,21 @@ class Trainer {
 
   Trainer() = default;
   absl::StatusOr<Tokenized> Tokenize(const std::string& source, const std::string& target) const;
+  // Full fine-tuning: weights_ and parameters_ as trainable fp32 copies of the init's.
+  void CopyTrainableWeights();
+  // Sets up adapter_ and parameters_ for config_.lora on the frozen weights_.
+  absl::Status CreateAdapter();
+  // The runs of `rows` rows computed with the adapter: all of them, or none without one.
+  std::vector<model::AdapterSpan> Spans(int64_t rows) const;
   double LearningRate() const;
 
   std::shared_ptr<const model::Model> init_;
   policy::Profile profile_;
   TrainConfig config_;
-  model::Weights weights_;  // trainable fp32
+  model::Weights weights_;  // trainable fp32 (LoRA: the init's, frozen)
+  // LoRA: the trainable adapter, its tensors as PEFT names them, and its one span.
+  std::shared_ptr<model::Adapter> adapter_;
+  std::vector<model::AdapterTensor> adapter_tensors_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t steps_ = 0;

@@ -72,6 +72,13 @@ OURS = [
       "--modules_to_save", "lm_head"]),
     ("ours-phi3-fused", ["--arch", "phi3"],
      ["--lora_r", "4", "--lora_alpha", "8", "--lora_targets", "qkv_proj,gate_up_proj"]),
+    # Trained by `gpe train --lora_r` (streaming mode) instead of drawn at random.
+    ("ours-trained-qwen2", ["--arch", "qwen2"],
+     ["train", "--lora_r", "4", "--lora_alpha", "8", "--lora_targets",
+      "q_proj,v_proj,down_proj,embed_tokens", "--mode", "streaming"]),
+    ("ours-trained-phi3-rslora", ["--arch", "phi3"],
+     ["train", "--lora_r", "4", "--lora_alpha", "4", "--use_rslora", "--lora_targets",
+      "qkv_proj,o_proj,gate_up_proj", "--mode", "batch"]),
 ]
 
 
@@ -185,8 +192,15 @@ def main():
         try:
             base_dir = make_base(name, flags, seed)
             adapter_dir = base_dir + "-adapter"
-            run([args.gpe, "make-adapter", "--model", base_dir, "--seed", str(seed), "--init_std",
-                 "0.2", "--out", adapter_dir] + adapter_flags)
+            if adapter_flags[0] == "train":
+                data = os.path.join(args.work, "train.json")
+                run([args.gpe, "make-corpus", "--seed", "3", "--count", "16", "--out", data])
+                run([args.gpe, "train", "--init", base_dir, "--data", data, "--out", adapter_dir,
+                     "--lr", "1e-2", "--batch_size", "4", "--threads", "2",
+                     "--seed", str(seed)] + adapter_flags[1:])
+            else:
+                run([args.gpe, "make-adapter", "--model", base_dir, "--seed", str(seed),
+                     "--init_std", "0.2", "--out", adapter_dir] + adapter_flags)
             peft_model = PeftModel.from_pretrained(load_base(base_dir), adapter_dir).eval()
             ref = peft_logits(peft_model, None)
             if error(ref, peft_logits(load_base(base_dir), None)) < 1e-3:

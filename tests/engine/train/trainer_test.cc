@@ -330,6 +330,81 @@ TEST_F(TrainerTest, ResumeIsExact) {
             absl::StatusCode::kNotFound);
 }
 
+// LoRA: a few streaming steps lower the loss of the adapter alone, the base stays as loaded,
+// and the saved PEFT folder served on the base gives the trainer's logits (and not the
+// base's).
+TEST_F(TrainerTest, LoraTrainsOnlyTheAdapter) {
+  TrainConfig config;
+  config.mode = "streaming";
+  config.lr = 1e-2;
+  config.total_steps = 25;
+  model::AdapterConfig lora;
+  lora.r = 4;
+  lora.lora_alpha = 8;
+  lora.target_list = {"q_proj", "v_proj", "down_proj", "embed_tokens"};
+  config.lora = lora;
+  auto t = Make(config);
+  ASSERT_NE(t, nullptr);
+  const torch::Tensor q_before = model_->weights().layers[0].q_w.data.clone();
+  std::vector<Sequence> batch;
+  for (const auto& [en, de] : std::vector<std::pair<std::string, std::string>>{
+           {"the dog", "der Hund"}, {"a cat", "eine Katze"}, {"the house", "das Haus"}}) {
+    batch.push_back(*t->StreamingSequence(en, de));
+  }
+  const std::vector<int64_t>& tokens = batch[0].tokens;
+  std::vector<int64_t> positions(tokens.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  // B starts at zero (the embedding's A too): the untrained adapter is the base.
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  model::DenseAttention base_attention({}, {}, model::DenseAttention::CausalMask(n));
+  const torch::Tensor base = *model_->Forward(torch::tensor(tokens), torch::tensor(positions),
+                                              torch::arange(n), base_attention);
+  EXPECT_TRUE(torch::allclose(t->Logits(tokens, positions), base, 1e-5, 1e-5));
+  const double before = *t->Loss(batch, false);
+  ASSERT_NO_FATAL_FAILURE(Train(*t, batch, config.total_steps));
+  const double after = *t->Loss(batch, false);
+  EXPECT_LT(after, 0.7 * before) << "before " << before << " after " << after;
+  EXPECT_TRUE(model_->weights().layers[0].q_w.data.equal(q_before));
+
+  const std::string out = (dir_ / "lora").string();
+  ASSERT_TRUE(t->Save(model_dir_, out).ok());
+  EXPECT_TRUE(fs::exists(fs::path(out) / "adapter_config.json"));
+  auto adapter = model::LoadAdapter(out, *model_, "trained");
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  model::DenseAttention attention({}, {}, model::DenseAttention::CausalMask(n));
+  const std::vector<model::AdapterSpan> spans = {{adapter->get(), 0, n}};
+  auto served = model_->Forward(torch::tensor(tokens), torch::tensor(positions), torch::arange(n),
+                                attention, spans);
+  ASSERT_TRUE(served.ok()) << served.status();
+  const torch::Tensor trained = t->Logits(tokens, positions);
+  EXPECT_TRUE(torch::allclose(trained, *served, 1e-4, 1e-4))
+      << (trained - *served).abs().max().item<float>();
+  EXPECT_FALSE(torch::allclose(trained, base, 1e-3, 1e-3));
+}
+
+// LoRA training resumes exactly (the same seed gives the same initial adapter).
+TEST_F(TrainerTest, LoraResumeIsExact) {
+  TrainConfig config;
+  config.lr = 1e-2;
+  config.total_steps = 4;
+  model::AdapterConfig lora;
+  lora.r = 2;
+  lora.target_list = {"all-linear"};
+  config.lora = lora;
+  auto whole = Make(config);
+  std::vector<Sequence> batch = {*whole->BatchSequence("the dog", "der Hund")};
+  ASSERT_NO_FATAL_FAILURE(Train(*whole, batch, 4));
+  auto first = Make(config);
+  ASSERT_NO_FATAL_FAILURE(Train(*first, batch, 2));
+  const std::string dir = (dir_ / "lora-checkpoint-2").string();
+  ASSERT_TRUE(first->SaveState(dir).ok());
+  auto resumed = Make(config);
+  ASSERT_TRUE(resumed->LoadState(dir).ok());
+  ASSERT_NO_FATAL_FAILURE(Train(*resumed, batch, 2));
+  EXPECT_TRUE(torch::allclose(resumed->Logits(batch[0].tokens, batch[0].positions),
+                              whole->Logits(batch[0].tokens, batch[0].positions), 1e-6, 1e-6));
+}
+
 // Padded per-sequence attention equals one block-diagonal mask over the packed rows (grouped
 // heads, uneven lengths, a streaming-like mask), values and gradients.
 TEST(PaddedAttentionTest, EqualsBlockDiagonalAttention) {
