@@ -37,10 +37,13 @@ class Pipe {
   // `metrics` may be null; a client more than `max_queued` responses behind gets its session
   // cancelled.
   Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
-      : metrics_(metrics), max_queued_(max_queued), sink_(sink) {}
+      : metrics_(metrics),
+        max_queued_(max_queued),
+        sink_(sink),
+        series_(metrics != nullptr ? &metrics->Series("") : nullptr) {}
 
-  // The session's adapter (empty: the base), for its metrics' series; before the session
-  // opens.
+  // The session's adapter (empty: the base, the default), for its metrics' series; before
+  // the session opens.
   void SetAdapter(const std::string& adapter);
   // Source units arrived (the reactor's thread): their arrival times, for word lag.
   void SourceArrived(size_t units);

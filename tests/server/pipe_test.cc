@@ -533,10 +533,11 @@ double Sample(const std::string& text, const std::string& series) {
 // word lag per completed word, one session latency and queue time, and its finish reason
 // (errors as "error"). Counts only: no time is asserted.
 TEST(PipeTest, ObservesEachSessionInTheMetrics) {
-  Metrics metrics("m");
+  Metrics metrics("m", {"de"});
   {
     FakeSink sink;
     Pipe pipe(&sink, &metrics, 16);
+    pipe.SetAdapter("de");
     pipe.SourceArrived(3);
     EXPECT_TRUE(pipe.OnEvent(Tokens({1, 2}, "ab", /*word_complete=*/true, 2)));
     EXPECT_TRUE(pipe.OnEvent(Tokens({}, "", false, 2)));  // text only: no tokens observed
@@ -554,21 +555,24 @@ TEST(PipeTest, ObservesEachSessionInTheMetrics) {
     ASSERT_TRUE(sink.ended());
   }
   const std::string text = metrics.Render();
-  const std::string m = "{model=\"m\"}";
+  const std::string m = "{adapter=\"de\",model=\"m\"}";
   EXPECT_EQ(Sample(text, "gpeserve:time_to_first_token_seconds_count" + m), 1) << text;
   EXPECT_EQ(Sample(text, "gpeserve:inter_token_latency_seconds_count" + m), 4) << text;
   EXPECT_EQ(Sample(text, "gpeserve:word_lag_words_count" + m), 2) << text;
   EXPECT_EQ(Sample(text, "gpeserve:word_lag_seconds_count" + m), 2) << text;
   EXPECT_EQ(Sample(text, "gpeserve:e2e_session_latency_seconds_count" + m), 1) << text;
   EXPECT_EQ(Sample(text, "gpeserve:queue_time_seconds_count" + m), 1) << text;
-  EXPECT_EQ(Sample(text, "gpeserve:session_finished_total{model=\"m\",reason=\"max_new_tokens\"}"),
-            1)
+  EXPECT_EQ(
+      Sample(text, "gpeserve:e2e_session_latency_seconds_count{adapter=\"base\",model=\"m\"}"), 0)
       << text;
-  EXPECT_EQ(Sample(text, "gpeserve:session_finished_total{model=\"m\",reason=\"error\"}"), 1)
-      << text;
-  EXPECT_EQ(Sample(text, "gpeserve:session_finished_total{model=\"m\",reason=\"end_of_sequence\"}"),
-            0)
-      << text;
+  auto finished = [&](const std::string& adapter, const std::string& reason) {
+    return Sample(text, "gpeserve:session_finished_total{adapter=\"" + adapter +
+                            "\",model=\"m\",reason=\"" + reason + "\"}");
+  };
+  EXPECT_EQ(finished("de", "max_new_tokens"), 1) << text;
+  EXPECT_EQ(finished("de", "error"), 0) << text;
+  EXPECT_EQ(finished("base", "error"), 1) << text;  // the second pipe named no adapter
+  EXPECT_EQ(finished("de", "end_of_sequence"), 0) << text;
 }
 
 }  // namespace

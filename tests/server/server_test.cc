@@ -186,17 +186,22 @@ TEST_F(ServerTest, MetricsAreConsistent) {
         << family;
   }
   EXPECT_EQ(value("gpeserve:request_errors_total{code=\"INVALID_ARGUMENT\",model=\"tiny\"}"), 1);
-  EXPECT_EQ(value("gpeserve:e2e_session_latency_seconds_count" + m), 4);
-  EXPECT_EQ(value("gpeserve:time_to_first_token_seconds_count" + m), 4);
-  EXPECT_EQ(value("gpeserve:queue_time_seconds_count" + m), 4);
-  EXPECT_EQ(value("gpeserve:inter_token_latency_seconds_count" + m),
+  // Per-session series carry the adapter ("base": the model alone).
+  const std::string sm = "{adapter=\"base\",model=\"tiny\"}";
+  EXPECT_EQ(value("gpeserve:e2e_session_latency_seconds_count" + sm), 4);
+  EXPECT_EQ(value("gpeserve:time_to_first_token_seconds_count" + sm), 4);
+  EXPECT_EQ(value("gpeserve:queue_time_seconds_count" + sm), 4);
+  EXPECT_EQ(value("gpeserve:inter_token_latency_seconds_count" + sm),
             generated - 3 + first->done.ids_size() - 1);
   EXPECT_EQ(value("gpeserve:generation_tokens_total" + m), generated);
   EXPECT_GT(value("gpeserve:source_tokens_total" + m), 0);
   EXPECT_EQ(
-      value("gpeserve:session_finished_total{model=\"tiny\",reason=\"max_new_tokens\"}") +
-          value("gpeserve:session_finished_total{model=\"tiny\",reason=\"end_of_sequence\"}") +
-          value("gpeserve:session_finished_total{model=\"tiny\",reason=\"max_lag\"}"),
+      value("gpeserve:session_finished_total{adapter=\"base\",model=\"tiny\",reason=\"max_new_"
+            "tokens\"}") +
+          value("gpeserve:session_finished_total{adapter=\"base\",model=\"tiny\",reason=\"end_of_"
+                "sequence\"}") +
+          value("gpeserve:session_finished_total{adapter=\"base\",model=\"tiny\",reason=\"max_"
+                "lag\"}"),
       4);
   EXPECT_EQ(value("gpeserve:num_sessions_running" + m), 0);
   EXPECT_EQ(value("gpeserve:num_sessions_waiting" + m), 0);
