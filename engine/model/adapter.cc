@@ -19,19 +19,6 @@ namespace {
 // PEFT's prefix of every tensor of a causal-LM adapter.
 constexpr char kPrefix[] = "base_model.model.";
 
-torch::ScalarType TorchType(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return torch::kBFloat16;
-    case DType::kF16:
-      return torch::kFloat16;
-    case DType::kI8:
-      return torch::kChar;
-    default:
-      return torch::kFloat32;
-  }
-}
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -104,6 +91,34 @@ torch::Tensor Widened(const Matrix& m) {
 
 }  // namespace
 
+void SetLayerModule(LayerLora& l, const std::string& leaf, const LoraWeights& lora,
+                    const ModelConfig& c) {
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim,
+                ff = c.intermediate_size;
+  auto rows = [&lora](int64_t begin, int64_t count) {
+    LoraWeights part = lora;
+    part.b = lora.b.narrow(0, begin, count);
+    return part;
+  };
+  if (leaf == "qkv_proj") {
+    l.q = rows(0, q_dim);
+    l.k = rows(q_dim, kv_dim);
+    l.v = rows(q_dim + kv_dim, kv_dim);
+  } else if (leaf == "gate_up_proj") {
+    l.gate = rows(0, ff);
+    l.up = rows(ff, ff);
+  } else {
+    LoraWeights* slot = leaf == "q_proj"      ? &l.q
+                        : leaf == "k_proj"    ? &l.k
+                        : leaf == "v_proj"    ? &l.v
+                        : leaf == "o_proj"    ? &l.o
+                        : leaf == "gate_proj" ? &l.gate
+                        : leaf == "up_proj"   ? &l.up
+                                              : &l.down;
+    *slot = lora;
+  }
+}
+
 void LayerLora::Stack() {
   auto stack = [](std::initializer_list<LoraWeights*> members) {
     std::vector<torch::Tensor> parts;
@@ -169,8 +184,6 @@ absl::StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& di
   adapter->dir = dir;
   adapter->config = *config;
   adapter->layers.resize(mc.num_layers);
-  const int64_t q_dim = mc.num_heads * mc.head_dim, kv_dim = mc.num_kv_heads * mc.head_dim,
-                ff = mc.intermediate_size;
   try {
     for (const AdaptableModule& module : *targeted) {
       const std::string key = kPrefix + module.name;
@@ -199,30 +212,8 @@ absl::StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& di
         if (module.layer < 0) {
           adapter->lm_head = lora;
         } else {
-          LayerLora& l = adapter->layers[module.layer];
-          const std::string leaf = module.name.substr(module.name.rfind('.') + 1);
-          auto rows = [&lora](int64_t begin, int64_t count) {
-            LoraWeights part = lora;
-            part.b = lora.b.narrow(0, begin, count);
-            return part;
-          };
-          if (leaf == "qkv_proj") {
-            l.q = rows(0, q_dim);
-            l.k = rows(q_dim, kv_dim);
-            l.v = rows(q_dim + kv_dim, kv_dim);
-          } else if (leaf == "gate_up_proj") {
-            l.gate = rows(0, ff);
-            l.up = rows(ff, ff);
-          } else {
-            LoraWeights* slot = leaf == "q_proj"      ? &l.q
-                                : leaf == "k_proj"    ? &l.k
-                                : leaf == "v_proj"    ? &l.v
-                                : leaf == "o_proj"    ? &l.o
-                                : leaf == "gate_proj" ? &l.gate
-                                : leaf == "up_proj"   ? &l.up
-                                                      : &l.down;
-            *slot = lora;
-          }
+          SetLayerModule(adapter->layers[module.layer],
+                         module.name.substr(module.name.rfind('.') + 1), lora, mc);
         }
       }
     }
@@ -330,15 +321,11 @@ absl::Status WriteAdapterFolder(const std::string& dir, const AdapterConfig& con
   std::vector<torch::Tensor> keep;
   std::vector<TensorToWrite> to_write;
   for (const auto& [name, t] : tensors) {
-    DType dtype = DType::kF32;
     torch::Tensor held = t.detach().to(torch::kCPU);
-    if (held.scalar_type() == torch::kBFloat16) {
-      dtype = DType::kBF16;
-    } else if (held.scalar_type() == torch::kFloat16) {
-      dtype = DType::kF16;
-    } else {
+    if (held.scalar_type() != torch::kBFloat16 && held.scalar_type() != torch::kFloat16) {
       held = held.to(torch::kFloat32);
     }
+    const DType dtype = *SafetensorsDType(held.scalar_type());
     keep.push_back(held.contiguous());
     to_write.push_back({name, dtype, std::vector<int64_t>(held.sizes().begin(), held.sizes().end()),
                         keep.back().data_ptr()});

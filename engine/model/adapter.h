@@ -57,6 +57,12 @@ struct LayerLora {
   void Stack();
 };
 
+// Puts `lora`, the update of the layer module named `leaf` (q_proj ... down_proj, or Phi-3's
+// fused qkv_proj / gate_up_proj, whose B rows are split as the base matrix's rows are), into
+// `layer`.
+void SetLayerModule(LayerLora& layer, const std::string& leaf, const LoraWeights& lora,
+                    const ModelConfig& config);
+
 struct Adapter {
   std::string name;  // what sessions ask for (gpeserve --adapter NAME=DIR)
   std::string dir;

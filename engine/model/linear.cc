@@ -73,6 +73,36 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
 
 }  // namespace
 
+torch::ScalarType TorchType(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kF16:
+      return torch::kFloat16;
+    case DType::kI8:
+      return torch::kChar;
+    case DType::kF32:
+      break;
+  }
+  return torch::kFloat32;
+}
+
+absl::StatusOr<DType> SafetensorsDType(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32:
+      return DType::kF32;
+    case torch::kBFloat16:
+      return DType::kBF16;
+    case torch::kFloat16:
+      return DType::kF16;
+    case torch::kChar:
+      return DType::kI8;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("a ", c10::toString(type), " tensor cannot be written to safetensors here"));
+  }
+}
+
 Matrix QuantizeInt8(const torch::Tensor& w) {
   const torch::Tensor c = w.to(torch::kCPU, torch::kFloat32).contiguous();
   const int64_t rows = c.size(0), cols = c.size(1);

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "engine/model/safetensors.h"
+
 namespace gpeserve::model {
 
 // A weight matrix [out, in]: fp32, bf16 or fp16 values, or int8 with one float32 scale per
@@ -26,6 +29,11 @@ struct Matrix {
             scale.defined() ? scale.narrow(0, begin, count) : torch::Tensor()};
   }
 };
+
+// A safetensors dtype as a libtorch one, and back (InvalidArgument for a dtype safetensors
+// files here do not hold).
+torch::ScalarType TorchType(DType dtype);
+absl::StatusOr<DType> SafetensorsDType(torch::ScalarType type);
 
 // The matrices stacked by output rows (a fused projection as a checkpoint stores it): a copy.
 inline Matrix ConcatRows(const std::vector<Matrix>& parts) {

@@ -16,20 +16,6 @@
 namespace gpeserve::model {
 namespace {
 
-torch::ScalarType TorchType(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return torch::kFloat32;
-    case DType::kBF16:
-      return torch::kBFloat16;
-    case DType::kF16:
-      return torch::kFloat16;
-    case DType::kI8:
-      return torch::kChar;
-  }
-  return torch::kFloat32;
-}
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

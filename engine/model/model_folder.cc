@@ -41,25 +41,10 @@ absl::Status WriteModelFolder(const std::string& from_dir, const std::string& ou
   std::vector<torch::Tensor> keep;
   std::vector<TensorToWrite> tensors;
   for (const auto& [name, t] : NamedWeights(config, weights)) {
-    DType dtype;
-    switch (t.scalar_type()) {
-      case torch::kFloat32:
-        dtype = DType::kF32;
-        break;
-      case torch::kBFloat16:
-        dtype = DType::kBF16;
-        break;
-      case torch::kFloat16:
-        dtype = DType::kF16;
-        break;
-      case torch::kChar:
-        dtype = DType::kI8;
-        break;
-      default:
-        return absl::InternalError(absl::StrCat(name, ": a dtype safetensors cannot hold"));
-    }
+    auto dtype = SafetensorsDType(t.scalar_type());
+    if (!dtype.ok()) return absl::InternalError(absl::StrCat(name, ": ", dtype.status().message()));
     keep.push_back(t.to(torch::kCPU).contiguous());
-    tensors.push_back({name, dtype, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+    tensors.push_back({name, *dtype, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
                        keep.back().data_ptr()});
   }
   const std::string path = (fs::path(out_dir) / "model.safetensors").string();

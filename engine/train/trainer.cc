@@ -102,8 +102,6 @@ absl::Status Trainer::CreateAdapter() {
   adapter_ = std::make_shared<model::Adapter>();
   adapter_->config = lora;
   adapter_->layers.resize(c.num_layers);
-  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim,
-                ff = c.intermediate_size;
   torch::NoGradGuard no_grad;
   for (const model::AdaptableModule& module : *targeted) {
     const std::string key = "base_model.model." + module.name;
@@ -140,31 +138,9 @@ absl::Status Trainer::CreateAdapter() {
       adapter_->lm_head = w;
       continue;
     }
-    model::LayerLora& l = adapter_->layers[module.layer];
-    const std::string leaf = module.name.substr(module.name.rfind('.') + 1);
     // A fused projection's parts are row views of its one B (gradients reach it through them).
-    auto rows = [&w](int64_t begin, int64_t count) {
-      model::LoraWeights part = w;
-      part.b = w.b.narrow(0, begin, count);
-      return part;
-    };
-    if (leaf == "qkv_proj") {
-      l.q = rows(0, q_dim);
-      l.k = rows(q_dim, kv_dim);
-      l.v = rows(q_dim + kv_dim, kv_dim);
-    } else if (leaf == "gate_up_proj") {
-      l.gate = rows(0, ff);
-      l.up = rows(ff, ff);
-    } else {
-      model::LoraWeights* slot = leaf == "q_proj"      ? &l.q
-                                 : leaf == "k_proj"    ? &l.k
-                                 : leaf == "v_proj"    ? &l.v
-                                 : leaf == "o_proj"    ? &l.o
-                                 : leaf == "gate_proj" ? &l.gate
-                                 : leaf == "up_proj"   ? &l.up
-                                                       : &l.down;
-      *slot = w;
-    }
+    model::SetLayerModule(adapter_->layers[module.layer],
+                          module.name.substr(module.name.rfind('.') + 1), w, c);
   }
   return absl::OkStatus();
 }
