@@ -412,6 +412,7 @@ int ModelsCommand(int argc, char** argv) {
                           {"modules_to_save", std::vector<std::string>(a.modules_to_save().begin(),
                                                                        a.modules_to_save().end())},
                           {"merged", a.merged()}});
+      if (a.has_instruction()) adapters.back()["instruction"] = a.instruction();
     }
     std::cout << nlohmann::json{{"name", m.name()},
                                 {"architecture", m.architecture()},

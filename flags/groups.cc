@@ -20,7 +20,8 @@ void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help, bool
 void AddAdapterFlags(FlagSet& flags, ModelFlags* model) {
   flags.Add("adapter", "DIR",
             "PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) to run on "
-            "top of the model",
+            "top of the model (its prompt.json instruction is the default); on the built-in "
+            "model also a built-in adapter's name: de-en",
             &model->adapter);
   flags.Add("merge_adapter",
             "fold --adapter into the weights at load (no per-step cost; rounding differs "
@@ -82,11 +83,13 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
   });
 }
 
-absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(const std::string& model_type) const {
+absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(
+    const std::string& model_type, const std::optional<std::string>& adapter_instruction) const {
   auto loaded = policy::LoadProfile(policy::ResolveProfileName(profile, model_type));
   if (!loaded.ok()) return loaded.status();
   session::SessionOptions resolved = options;
   resolved.profile = *std::move(loaded);
+  if (adapter_instruction) resolved.profile.instruction = *adapter_instruction;
   if (instruction) resolved.profile.instruction = *instruction;
   if (phi) resolved.profile.phi = *phi;
   return resolved;

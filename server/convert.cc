@@ -16,7 +16,10 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
   engine::SessionConfig out;
   session::SessionOptions& options = out.options;
   out.adapter = config.adapter();
+  // The instruction of the session's adapter, or of the merged one every session runs.
+  std::optional<std::string> adapter_instruction;
   for (const ServiceConfig::Adapter& adapter : service.adapters) {
+    if (adapter.merged || adapter.name == out.adapter) adapter_instruction = adapter.instruction;
     // The merged adapter is in the weights: its sessions run the model as loaded.
     if (adapter.merged && adapter.name == out.adapter) out.adapter.clear();
   }
@@ -56,7 +59,11 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
                      prompt_bytes, " bytes; this server allows at most ",
                      service.max_instruction_bytes, " (gpeserve --max_instruction_bytes)"));
   }
-  if (config.has_instruction()) options.profile.instruction = config.instruction();
+  if (config.has_instruction()) {
+    options.profile.instruction = config.instruction();
+  } else if (adapter_instruction) {
+    options.profile.instruction = *adapter_instruction;
+  }
   if (config.has_phi()) options.profile.phi = config.phi();
 
   const int wait_k = config.wait_k() == 0 ? service.default_wait_k : config.wait_k();

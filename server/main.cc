@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -237,10 +238,22 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   }
   parts.model = *model;
   std::cout << "gpeserve: " << parts.model->kernel_path() << std::endl;
+  // The built-in model's adapters are served beside it (unless --merge_adapters folds a named
+  // one, or an --adapter takes the name).
+  std::vector<std::pair<std::string, std::string>> sources = flags.adapters;
+  if (!flags.model.dir && !flags.merge_adapters) {
+    for (std::string_view builtin : model::kDefaultAdapterNames) {
+      const auto taken = [&](const auto& named) { return named.first == builtin; };
+      if (std::none_of(sources.begin(), sources.end(), taken)) {
+        sources.emplace_back(builtin, "");
+      }
+    }
+  }
   std::vector<std::shared_ptr<const model::Adapter>> adapters;
   std::vector<std::string> adapter_names;
-  for (const auto& [name, dir] : flags.adapters) {
-    auto adapter = model::LoadAdapter(dir, *parts.model, name);
+  for (const auto& [name, dir] : sources) {
+    auto adapter = dir.empty() ? model::LoadDefaultAdapter(name, *parts.model)
+                               : model::LoadAdapter(dir, *parts.model, name);
     if (!adapter.ok()) return adapter.status();
     const model::AdapterConfig& c = (*adapter)->config;
     service_config.adapters.push_back(
@@ -250,8 +263,10 @@ absl::StatusOr<Parts> Build(Flags& flags) {
          .target_modules =
              c.target_regex ? std::vector<std::string>{*c.target_regex} : c.target_list,
          .modules_to_save = c.modules_to_save,
+         .instruction = c.instruction,
          .merged = flags.merge_adapters});
-    std::cout << "gpeserve: adapter " << name << " from " << dir << " (r=" << c.r
+    std::cout << "gpeserve: adapter " << name << " from "
+              << (dir.empty() ? "the built-in model" : dir) << " (r=" << c.r
               << ", alpha=" << c.lora_alpha << ", " << (*adapter)->parameters << " parameters"
               << (flags.merge_adapters ? ", merged into the weights" : "") << ")" << std::endl;
     if (flags.merge_adapters) {

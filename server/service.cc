@@ -369,6 +369,7 @@ grpc::ServerUnaryReactor* Service::ListModels(grpc::CallbackServerContext* conte
     for (const std::string& t : adapter.target_modules) a->add_target_modules(t);
     for (const std::string& m : adapter.modules_to_save) a->add_modules_to_save(m);
     a->set_merged(adapter.merged);
+    if (adapter.instruction) a->set_instruction(*adapter.instruction);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct ServiceConfig {
     double alpha = 0;
     std::vector<std::string> target_modules;
     std::vector<std::string> modules_to_save;
+    // Its sessions' instruction when they give none (the adapter's prompt.json).
+    std::optional<std::string> instruction;
     bool merged = false;
   };
   std::vector<Adapter> adapters;

@@ -27,6 +27,7 @@
 #include "engine/eval/latency.h"
 #include "engine/model/adapter.h"
 #include "engine/model/model.h"
+#include "engine/model/remove_tree.h"
 #include "flags/groups.h"
 
 namespace gpeserve::cli {
@@ -273,7 +274,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const model::Adapter>>> BenchAdapters
     adapters.push_back(*std::move(adapter));
   }
   std::error_code ignored;
-  fs::remove_all(temp, ignored);  // loaded adapters hold copies
+  model::RemoveTree(temp).IgnoreError();  // loaded adapters hold copies
   return adapters;
 }
 
@@ -356,8 +357,7 @@ int BenchCommand(int argc, char** argv, int first) {
   flags.Add("preset", "NAME",
             "make a random-weight model of this preset ('default': the built-in model)", &preset);
   flags::ModelFlags model_flags;
-  flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset",
-                       /*with_device=*/false);
+  flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset");
   std::vector<int> counts = {1, 8, 32, 64};
   flags.AddParsed("sessions", "N,N", "concurrent sessions per row", absl::StrJoin(counts, ","),
                   [&counts](std::string_view text) { return ParsePositiveList(text, &counts); });
@@ -430,10 +430,10 @@ int BenchCommand(int argc, char** argv, int first) {
   const model::ModelConfig& c = m->config();
   std::cout << absl::StrFormat(
       "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
-      "session; max_batch_tokens %d; CPU %s\n",
+      "session; max_batch_tokens %d; device %s; CPU %s\n",
       c.architecture_name, model_flags.dir.value_or(preset), c.num_layers, m->weight_dtype_name(),
       threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
-      target, engine_config.scheduler.max_batch_tokens, CpuName());
+      target, engine_config.scheduler.max_batch_tokens, m->device().str(), CpuName());
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;

@@ -21,6 +21,7 @@
 #include "engine/cli/commands.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
+#include "engine/model/remove_tree.h"
 #include "flags/flags.h"
 
 namespace gpeserve::cli {
@@ -125,7 +126,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   struct RemoveTemp {
     std::filesystem::path path;
     ~RemoveTemp() {
-      if (!path.empty()) std::filesystem::remove_all(path);
+      if (!path.empty()) model::RemoveTree(path).IgnoreError();
     }
   } remove_temp{temp};
 

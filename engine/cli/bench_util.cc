@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "engine/model/default_model.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
+#include "engine/model/remove_tree.h"
 #include "engine/tokenizer/bpe_trainer.h"
 #include "flags/groups.h"
 
@@ -73,7 +75,7 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModelQuietly(
   absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
       s.ok() ? model::Model::Load((temp / "model").string(), options)
              : absl::StatusOr<std::shared_ptr<const model::Model>>(s);
-  std::filesystem::remove_all(temp);
+  model::RemoveTree(temp).IgnoreError();
   return loaded;
 }
 
@@ -93,8 +95,15 @@ absl::StatusOr<CommandModel> LoadCommandModel(const flags::ModelFlags& flags) {
   if (!model.ok()) return model.status();
   CommandModel loaded{.model = *std::move(model)};
   if (!flags.adapter) return loaded;
-  auto adapter = model::LoadAdapter(*flags.adapter, *loaded.model, "adapter");
+  // On the built-in model, a built-in adapter's name (unless a folder has that name).
+  const bool builtin =
+      !flags.dir && !std::filesystem::exists(*flags.adapter) &&
+      std::find(std::begin(model::kDefaultAdapterNames), std::end(model::kDefaultAdapterNames),
+                *flags.adapter) != std::end(model::kDefaultAdapterNames);
+  auto adapter = builtin ? model::LoadDefaultAdapter(*flags.adapter, *loaded.model)
+                         : model::LoadAdapter(*flags.adapter, *loaded.model, "adapter");
   if (!adapter.ok()) return adapter.status();
+  loaded.instruction = (*adapter)->config.instruction;
   if (!flags.merge_adapter) {
     loaded.adapter = *std::move(adapter);
     return loaded;

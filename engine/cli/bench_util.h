@@ -44,6 +44,7 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
 struct CommandModel {
   std::shared_ptr<const model::Model> model;
   std::shared_ptr<const model::Adapter> adapter;
+  std::optional<std::string> instruction;  // the adapter's (prompt.json), merged or not
 };
 absl::StatusOr<CommandModel> LoadCommandModel(const flags::ModelFlags& flags);
 

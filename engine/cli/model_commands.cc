@@ -134,7 +134,8 @@ int DefaultModelCommand(int argc, char** argv, int first) {
       "gpe", "gpe default-model --out DIR",
       "Writes the built-in default model (the English-to-German translator that gpeserve\n"
       "and gpe eval use without --model; made by scripts/train-default-model) as a\n"
-      "Hugging Face model folder.");
+      "Hugging Face model folder, with its German-to-English LoRA adapter in DIR/de-en\n"
+      "(a PEFT folder: gpe eval --model DIR --adapter DIR/de-en).");
   std::optional<std::string> out;
   flags.Add("out", "DIR", "output folder (created if missing)", &out);
   if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;

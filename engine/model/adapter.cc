@@ -318,6 +318,12 @@ absl::Status WriteAdapterFolder(const std::string& dir, const AdapterConfig& con
       return absl::UnavailableError(absl::StrCat(dir, "/adapter_config.json: cannot write"));
     }
   }
+  if (config.instruction) {
+    std::ofstream out(fs::path(dir) / kAdapterPromptFile);
+    if (!(out << AdapterPromptJson(config).dump(2) << "\n")) {
+      return absl::UnavailableError(absl::StrCat(dir, "/", kAdapterPromptFile, ": cannot write"));
+    }
+  }
   std::vector<torch::Tensor> keep;
   std::vector<TensorToWrite> to_write;
   for (const auto& [name, t] : tensors) {

@@ -90,8 +90,9 @@ absl::StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& di
 // A named tensor of a PEFT adapter file ("base_model.model.<module>.lora_A.weight", ...).
 using AdapterTensor = std::pair<std::string, torch::Tensor>;
 
-// Writes a PEFT adapter folder: adapter_config.json (config.ToJson()) and
-// adapter_model.safetensors with `tensors` (fp32, bf16 or fp16), created if missing.
+// Writes a PEFT adapter folder: adapter_config.json (config.ToJson()),
+// adapter_model.safetensors with `tensors` (fp32, bf16 or fp16), and prompt.json when the config
+// has an instruction; created if missing.
 absl::Status WriteAdapterFolder(const std::string& dir, const AdapterConfig& config,
                                 const std::vector<AdapterTensor>& tensors);
 

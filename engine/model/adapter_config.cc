@@ -357,7 +357,33 @@ absl::StatusOr<AdapterConfig> LoadAdapterConfig(const std::string& dir) {
   std::ifstream in(path);
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return AdapterConfig::FromJson(j, path);
+  auto config = AdapterConfig::FromJson(j, path);
+  if (!config.ok()) return config;
+  const std::string prompt_path = absl::StrCat(dir, "/", kAdapterPromptFile);
+  if (!std::filesystem::exists(prompt_path)) return config;
+  std::ifstream prompt_in(prompt_path);
+  const json prompt = json::parse(prompt_in, nullptr, /*allow_exceptions=*/false);
+  if (!prompt.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prompt_path, ": not a JSON object (expected {\"instruction\": \"...\"})"));
+  }
+  for (const auto& [key, value] : prompt.items()) {
+    if (key != "instruction") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prompt_path, ": unknown field '", key, "' (it may hold \"instruction\")"));
+    }
+    if (!value.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(prompt_path, ": instruction is not a string"));
+    }
+    config->instruction = value.get<std::string>();
+  }
+  return config;
+}
+
+json AdapterPromptJson(const AdapterConfig& config) {
+  json prompt = json::object();
+  if (config.instruction) prompt["instruction"] = *config.instruction;
+  return prompt;
 }
 
 absl::StatusOr<std::vector<AdaptableModule>> TargetedModules(const AdapterConfig& config,

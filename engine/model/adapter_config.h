@@ -55,6 +55,10 @@ struct AdapterConfig {
   std::map<std::string, double> alpha_pattern;
   std::vector<std::string> modules_to_save;  // fully replaced modules, e.g. "lm_head"
   std::string base_model_name_or_path;       // informational
+  // gpeserve's, not PEFT's: the instruction the adapter was trained with, from prompt.json beside
+  // adapter_config.json ({"instruction": "..."}, written by gpe train). Sessions on the adapter
+  // that give no instruction of their own use it; unset: the profile's.
+  std::optional<std::string> instruction;
 
   // Parses adapter_config.json contents; `name` names it in errors (usually the path).
   static absl::StatusOr<AdapterConfig> FromJson(const nlohmann::json& json,
@@ -73,7 +77,12 @@ struct AdapterConfig {
   double ScalingOf(const std::string& module, int64_t rank) const;
 };
 
-// Reads DIR/adapter_config.json.
+// The file beside adapter_config.json that holds AdapterConfig::instruction.
+inline constexpr char kAdapterPromptFile[] = "prompt.json";
+// {"instruction": ...} of `config` (an empty object when it has none).
+nlohmann::json AdapterPromptJson(const AdapterConfig& config);
+
+// Reads DIR/adapter_config.json, and DIR/prompt.json when present.
 absl::StatusOr<AdapterConfig> LoadAdapterConfig(const std::string& dir);
 
 // The modules `config` adapts on a model of `model` (the linear and embedding modules it

@@ -379,10 +379,12 @@ absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_d
   if (adapter_) {
     model::AdapterConfig config = *config_.lora;
     config.base_model_name_or_path = init_dir;
+    config.instruction = profile_.instruction;  // the task it learns, for its sessions
     std::vector<model::AdapterTensor> tensors;
     for (const auto& [name, t] : adapter_tensors_) {
       // The embedding's A is held [vocab, r]; PEFT stores [r, vocab].
-      tensors.emplace_back(name, name.ends_with("lora_embedding_A") ? t.t() : t);
+      const torch::Tensor held = name.ends_with("lora_embedding_A") ? t.t() : t;
+      tensors.emplace_back(name, held.to(model::TorchType(dtype)));
     }
     return model::WriteAdapterFolder(out_dir, config, tensors);
   }
@@ -409,9 +411,7 @@ absl::Status Trainer::Save(const std::string& init_dir, const std::string& out_d
       return absl::UnavailableError(out_dir + "/config.json: cannot write");
     }
   }
-  const torch::ScalarType stored = dtype == model::DType::kF32    ? torch::kFloat32
-                                   : dtype == model::DType::kBF16 ? torch::kBFloat16
-                                                                  : torch::kFloat16;
+  const torch::ScalarType stored = model::TorchType(dtype);
   std::vector<torch::Tensor> keep;
   std::vector<model::TensorToWrite> tensors;
   for (const auto& [name, w] : model::NamedWeights(init_->config(), weights_)) {

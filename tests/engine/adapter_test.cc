@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/paged_attention.h"
+#include "engine/model/remove_tree.h"
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 fs::path TempDir(const std::string& name) {
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("gpe_adapter_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
+  EXPECT_TRUE(model::RemoveTree(dir).ok());
   fs::create_directories(dir);
   return dir;
 }

@@ -1,14 +1,65 @@
 #include "tests/engine/test_models.h"
 
+#include <execinfo.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 
 namespace gpeserve::testing {
+namespace {
+
+// A crash in a test binary prints its stack (symbol names where the binary was linked with
+// -rdynamic, as scripts/cuda-check links them) before the default action: the unwound frames,
+// then the faulting instruction and the words on the stack, for when unwinding stops at once
+// (a jump to an address with no unwind information).
+void PrintStackAndDie(int signal, siginfo_t* info, void* context) {
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  static const char header[] = "\n*** fatal signal in a test; stack:\n";
+  (void)!::write(STDERR_FILENO, header, sizeof(header) - 1);
+  ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
+#if defined(__x86_64__)
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  char line[96];
+  const int len =
+      std::snprintf(line, sizeof(line), "*** fault address %p, instruction:\n", info->si_addr);
+  (void)!::write(STDERR_FILENO, line, static_cast<size_t>(len));
+  void* rip = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
+  ::backtrace_symbols_fd(&rip, 1, STDERR_FILENO);
+  static const char words[] = "*** words on the stack:\n";
+  (void)!::write(STDERR_FILENO, words, sizeof(words) - 1);
+  ::backtrace_symbols_fd(reinterpret_cast<void* const*>(uc->uc_mcontext.gregs[REG_RSP]), 24,
+                         STDERR_FILENO);
+#endif
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+[[maybe_unused]] const bool kStackOnCrash = [] {
+  struct sigaction action = {};
+  action.sa_sigaction = PrintStackAndDie;
+  action.sa_flags = SA_SIGINFO;
+  ::sigaction(SIGSEGV, &action, nullptr);
+  ::sigaction(SIGBUS, &action, nullptr);
+  return true;
+}();
+
+}  // namespace
+
+std::string TestDevice() {
+  const char* device = std::getenv("GPESERVE_TEST_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
 
 std::vector<model::MakeModelOptions> TestFamilies() {
   return {
@@ -59,9 +110,10 @@ std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed, model::MakeMode
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("gpe_tiny_chat_models_" + std::to_string(::getpid()));
   const std::string out = WriteTinyChatModel(seed, dir.string(), std::move(family));
-  auto m = model::Model::Load(out, {.threads = 2});
+  auto m = model::Model::Load(out, {.device = TestDevice(), .threads = 2});
   EXPECT_TRUE(m.ok()) << m.status();
-  fs::remove_all(dir);  // the loaded model keeps its mapping of the removed file
+  // The loaded model keeps its mapping of the removed file.
+  EXPECT_TRUE(model::RemoveTree(dir).ok());
   return m.ok() ? *m : nullptr;
 }
 

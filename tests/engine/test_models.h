@@ -12,8 +12,13 @@
 
 namespace gpeserve::testing {
 
-// Written under the test temp dir, loaded (fp32, 2 threads), and the folder removed. `family`:
-// the architecture and its options (make-model's; seed, tokenizer and init are set here).
+// The device test models load on: $GPESERVE_TEST_DEVICE, default "cpu" (the cuda-labelled
+// tests run the engine's invariant tests again with "cuda").
+std::string TestDevice();
+
+// Written under the test temp dir, loaded (fp32, 2 threads, on TestDevice()), and the folder
+// removed. `family`: the architecture and its options (make-model's; seed, tokenizer and init
+// are set here).
 std::shared_ptr<const model::Model> TinyChatModel(uint64_t seed,
                                                   model::MakeModelOptions family = {});
 

@@ -138,6 +138,17 @@ def main():
     check("the default model translates English to German live",
           r.returncode == 0 and "text: Die junge Frau liest ein neues Buch, weil der kleine Hund "
           "die Katze sieht.\n" in r.stdout, r)
+    # The built-in de-en adapter rides along with the default model, its instruction with it.
+    check("ListModels lists the built-in de-en adapter with its instruction",
+          [x.name for x in models[0].adapters] == ["de-en"] and
+          models[0].adapters[0].instruction ==
+          "Translate the following German paragraph to English", models)
+    r = client("stream", "--server", server.address, "--adapter", "de-en", "--text",
+               "Die junge Frau liest ein neues Buch, weil der kleine Hund die Katze sieht.",
+               "--words_per_second", "50", "--wait_k", "3")
+    check("the built-in de-en adapter translates German to English live",
+          r.returncode == 0 and "text: The young woman reads a new book because the small dog "
+          "sees the cat.\n" in r.stdout, r)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read()
     metrics = metrics.decode()
     for family in ("time_to_first_token_seconds", "inter_token_latency_seconds",
@@ -150,10 +161,14 @@ def main():
         check(f"/metrics has gpeserve:{family}", f"# TYPE gpeserve:{family} " in metrics)
     m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{adapter="base",model="[^"]*"\} '
                   r'(\d+)', metrics)
-    # Two Python sessions and two of gpe-client (the refused one never opened; the warm-up
-    # runs on the engine directly).
+    # Two Python sessions and two of gpe-client on the base (the refused one never opened; the
+    # warm-up runs on the engine directly), one on de-en.
     check("/metrics counts the sessions run", m is not None and int(m.group(1)) == 4,
           m and m.group(0))
+    m = re.search(r'gpeserve:e2e_session_latency_seconds_count\{adapter="de-en",model="[^"]*"\} '
+                  r'(\d+)', metrics)
+    check("/metrics counts the de-en session under its adapter",
+          m is not None and int(m.group(1)) == 1, m and m.group(0))
     m = re.search(r'gpeserve:request_errors_total\{code="INVALID_ARGUMENT",model="[^"]*"\} (\d+)',
                   metrics)
     check("/metrics counts the refused call", m is not None and int(m.group(1)) == 1,

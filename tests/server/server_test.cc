@@ -213,5 +213,37 @@ TEST_F(ServerTest, MetricsAreConsistent) {
   EXPECT_GT(value("gpeserve:iteration_tokens_sum" + m), 0);
 }
 
+// A session's instruction: its own, else its adapter's (prompt.json), else the profile's; the
+// merged adapter's applies to every session, which then runs the model as loaded.
+TEST(ConvertTest, InstructionComesFromSessionAdapterOrProfile) {
+  ServiceConfig service;
+  service.default_profile = "qwen2.5";
+  service.profiles["qwen2.5"] = *policy::LoadProfile("qwen2.5");
+  const std::string profile_instruction = service.profiles["qwen2.5"].instruction;
+  service.adapters = {{.name = "de-en", .instruction = "German to English"}, {.name = "plain"}};
+  auto instruction = [&](const std::string& adapter, std::optional<std::string> own) {
+    v1::SessionConfig config;
+    config.set_adapter(adapter);
+    if (own) config.set_instruction(*own);
+    auto converted = ToEngineConfig(config, service, /*batch=*/false);
+    EXPECT_TRUE(converted.ok()) << converted.status();
+    return converted.ok() ? converted->options.profile.instruction : std::string();
+  };
+  EXPECT_EQ(instruction("de-en", std::nullopt), "German to English");
+  EXPECT_EQ(instruction("de-en", "mine"), "mine");
+  EXPECT_EQ(instruction("plain", std::nullopt), profile_instruction);
+  EXPECT_EQ(instruction("", std::nullopt), profile_instruction);
+
+  service.adapters = {{.name = "de-en", .instruction = "German to English", .merged = true}};
+  EXPECT_EQ(instruction("", std::nullopt), "German to English");
+  EXPECT_EQ(instruction("", "mine"), "mine");
+  v1::SessionConfig merged;
+  merged.set_adapter("de-en");
+  auto converted = ToEngineConfig(merged, service, /*batch=*/false);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->adapter, "");
+  EXPECT_EQ(converted->options.profile.instruction, "German to English");
+}
+
 }  // namespace
 }  // namespace gpeserve::server

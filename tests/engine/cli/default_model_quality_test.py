@@ -10,7 +10,8 @@ BLEU >= 90 (90.7 measured; docs/training.md). The model under test is the one gp
 --model, so this also checks the embedding. Serving dtypes: the default (auto: the model's
 own bf16 wherever a kernel serves it, fp32 otherwise) is the same model as fp32 serving (BLEU
 within 0.2, summation order only), and int8 weights (quantized at load) keep BLEU within 0.5
-of fp32's. Standard-library Python only.
+of fp32's. The built-in German-to-English adapter on the same split read the other way: GPE
+wait-3 BLEU >= 80 (docs/adapters.md), merged or not. Standard-library Python only.
 """
 import argparse
 import json
@@ -94,6 +95,24 @@ def main():
         f.write('[{"en": "The dog sees the small cat.", "de": "Der Hund sieht die kleine Katze."}]')
     bleu, _, out = evaluate(a.gpe, sentence, "--wait_k", "3")
     check("a typed sentence is translated exactly", bleu is not None and bleu > 99.9, out)
+
+    # The built-in de-en adapter (models/default/de-en): the same test split read the other way,
+    # with the instruction it carries (no --instruction here: its prompt.json gives it).
+    de_en = ("--adapter", "de-en", "--source_key", "de", "--target_key", "en")
+    bleu, _, out = evaluate(a.gpe, data, *de_en, "--mode", "batch")
+    print(f"de-en batch: BLEU {bleu}")
+    check("de-en batch BLEU is measured", bleu is not None, out)
+    bleu, al, out = evaluate(a.gpe, data, *de_en, "--wait_k", "3")
+    print(f"de-en gpe wait-3: BLEU {bleu} AL {al}")
+    check(f"de-en GPE wait-3 BLEU >= {WAIT3_TARGET}", bleu is not None and bleu >= WAIT3_TARGET,
+          out)
+    check("de-en GPE wait-3 AL within [2, 4] source units", al is not None and 2 <= al <= 4, out)
+    merged, _, out = evaluate(a.gpe, data, *de_en, "--wait_k", "3", "--merge_adapter")
+    print(f"de-en gpe wait-3 merged: BLEU {merged}")
+    check(f"de-en merged into the weights within {INT8_BLEU_LOSS} BLEU of unmerged",
+          merged is not None and bleu is not None and abs(merged - bleu) <= INT8_BLEU_LOSS, out)
+    bleu, _, out = evaluate(a.gpe, sentence, *de_en, "--wait_k", "3")
+    check("a typed German sentence is translated exactly", bleu is not None and bleu > 99.9, out)
     print(f"{passed} passed, {failures} failed")
     return 1 if failures else 0
 

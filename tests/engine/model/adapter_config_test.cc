@@ -2,8 +2,13 @@
 // worked out from PEFT's check_target_module_exists and get_pattern_key.
 #include "engine/model/adapter_config.h"
 
-#include <cmath>
+#include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 
 namespace gpeserve::model {
@@ -126,6 +131,42 @@ TEST(AdapterConfigTest, ToJsonRoundTrips) {
   const AdapterConfig back = Parse(c.ToJson().dump());
   EXPECT_EQ(back.ToJson(), c.ToJson());
   EXPECT_EQ(back.RankOf("model.layers.1.self_attn.v_proj"), 2);
+}
+
+// prompt.json beside adapter_config.json gives the adapter's instruction; without it there is
+// none; a malformed one is refused naming the file.
+TEST(AdapterConfigTest, PromptFileGivesTheInstruction) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("gpe_adapter_prompt_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+  };
+  write("adapter_config.json", R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]})");
+  auto plain = LoadAdapterConfig(dir.string());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->instruction.has_value());
+  EXPECT_EQ(AdapterPromptJson(*plain), nlohmann::json::object());
+
+  AdapterConfig with = *plain;
+  with.instruction = "Translate the following German paragraph to English";
+  write(kAdapterPromptFile, AdapterPromptJson(with).dump());
+  auto loaded = LoadAdapterConfig(dir.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->instruction, with.instruction);
+  // Not PEFT's: adapter_config.json stays as PEFT writes it.
+  EXPECT_FALSE(loaded->ToJson().contains("instruction"));
+
+  for (const char* bad : {R"(["x"])", R"({"instruction": 5})", R"({"instructions": "x"})", "{"}) {
+    write(kAdapterPromptFile, bad);
+    auto refused = LoadAdapterConfig(dir.string());
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("prompt.json"), std::string::npos)
+        << refused.status();
+  }
+  EXPECT_TRUE(model::RemoveTree(dir).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/model/attention.h"
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 
 namespace gpeserve::model {
@@ -27,7 +28,7 @@ std::string ReadAll(const fs::path& path) {
 TEST(DefaultModelTest, EmbeddedFilesAreTheCommittedOnes) {
   const fs::path dir = fs::path(GPESERVE_SOURCE_DIR) / "models" / "default";
   const std::vector<EmbeddedFile> files = DefaultModelFiles();
-  ASSERT_EQ(files.size(), 5u);
+  ASSERT_EQ(files.size(), 8u);  // the model's five, the de-en adapter's three
   for (const EmbeddedFile& file : files) {
     ASSERT_TRUE(fs::exists(dir / file.name)) << file.name;
     EXPECT_EQ(file.bytes.size(), fs::file_size(dir / file.name)) << file.name;
@@ -66,7 +67,56 @@ TEST(DefaultModelTest, LoadsLikeItsWrittenFolder) {
   auto y = (*from_folder)->Forward(tokens, torch::arange(n), torch::arange(n), b);
   ASSERT_TRUE(x.ok() && y.ok());
   EXPECT_TRUE(torch::equal(*x, *y));
-  fs::remove_all(out);
+  EXPECT_TRUE(RemoveTree(out).ok());
+}
+
+// The built-in de-en adapter loads as its written folder does, carries the instruction it was
+// trained with, changes the model's output, and leaves no temporary folder behind; another name
+// is NotFound.
+TEST(DefaultModelTest, BuiltInAdapterLoadsLikeItsWrittenFolder) {
+  const fs::path out =
+      fs::path(::testing::TempDir()) / ("gpe_default_adapter_test_" + std::to_string(::getpid()));
+  ASSERT_TRUE(WriteDefaultModel(out.string()).ok());
+  auto model = Model::Load(out.string(), {.threads = 2});
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto from_folder = LoadAdapter((out / "de-en").string(), **model, "de-en");
+  ASSERT_TRUE(from_folder.ok()) << from_folder.status();
+  const fs::path tmp = out / "tmp";
+  fs::create_directories(tmp);
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  auto built_in = LoadDefaultAdapter("de-en", **model);
+  old_tmpdir ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  ASSERT_TRUE(built_in.ok()) << built_in.status();
+  EXPECT_TRUE(fs::is_empty(tmp)) << "LoadDefaultAdapter left files in " << tmp;
+  EXPECT_EQ((*built_in)->name, "de-en");
+  ASSERT_TRUE((*built_in)->config.instruction.has_value());
+  EXPECT_EQ(*(*built_in)->config.instruction,
+            "Translate the following German paragraph to English");
+  EXPECT_EQ((*built_in)->parameters, (*from_folder)->parameters);
+
+  auto ids = (*model)->tokenizer()->Encode("Der Hund sieht die Katze.", {});
+  ASSERT_TRUE(ids.ok());
+  const int64_t n = static_cast<int64_t>(ids->size());
+  const torch::Tensor tokens = torch::tensor(std::vector<int64_t>(ids->begin(), ids->end()));
+  auto run = [&](const Adapter* adapter) {
+    DenseAttention attention({}, {}, DenseAttention::CausalMask(n));
+    std::vector<AdapterSpan> spans;
+    if (adapter != nullptr) spans.push_back({adapter, 0, n});
+    auto logits = (*model)->Forward(tokens, torch::arange(n), torch::arange(n), attention, spans);
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    return logits.ok() ? *logits : torch::Tensor();
+  };
+  const torch::Tensor x = run(built_in->get()), y = run(from_folder->get()), base = run(nullptr);
+  EXPECT_TRUE(torch::equal(x, y));
+  EXPECT_GT((x - base).abs().max().item<float>(), 1e-2);
+
+  auto unknown = LoadDefaultAdapter("fr-en", **model);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("de-en"), std::string::npos) << unknown.status();
+  EXPECT_TRUE(RemoveTree(out).ok());
 }
 
 }  // namespace

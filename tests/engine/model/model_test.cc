@@ -10,6 +10,7 @@
 #include "engine/model/cpu_matmul.h"
 #include "engine/model/make_model.h"
 #include "engine/model/quantize.h"
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 std::string TempFolder(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) /
                        ("gpe_model_test_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
+  EXPECT_TRUE(model::RemoveTree(dir).ok());
   fs::create_directories(dir);
   return dir.string();
 }

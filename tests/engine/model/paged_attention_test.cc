@@ -9,6 +9,7 @@
 #include "engine/kv/block_table.h"
 #include "engine/model/make_model.h"
 #include "engine/model/model.h"
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 // A tiny random model of `o.arch` (a byte-level vocabulary).
 std::shared_ptr<const Model> TinyModel(MakeModelOptions o = {.arch = "llama"}) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("gpe_paged_attention_test_" + o.arch);
-  fs::remove_all(dir);
+  EXPECT_TRUE(model::RemoveTree(dir).ok());
   fs::create_directories(dir / "tok");
   std::ofstream((dir / "tok" / "tokenizer.json").string())
       << tokenizer::testing::ByteLevelJson({}, {}).dump();

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/model/attention.h"
+#include "engine/model/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 
@@ -34,7 +35,7 @@ class TrainerTest : public ::testing::Test {
     model_ = *m;
     profile_ = *policy::LoadProfile("qwen2.5");
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { EXPECT_TRUE(model::RemoveTree(dir_).ok()); }
 
   std::unique_ptr<Trainer> Make(TrainConfig config = {}) {
     auto t = Trainer::Create(model_, profile_, config);
@@ -380,6 +381,28 @@ TEST_F(TrainerTest, LoraTrainsOnlyTheAdapter) {
   EXPECT_TRUE(torch::allclose(trained, *served, 1e-4, 1e-4))
       << (trained - *served).abs().max().item<float>();
   EXPECT_FALSE(torch::allclose(trained, base, 1e-3, 1e-3));
+  // The adapter carries the instruction it was trained with (prompt.json).
+  ASSERT_TRUE((*adapter)->config.instruction.has_value());
+  EXPECT_FALSE((*adapter)->config.instruction->empty());
+
+  // --save_dtype bf16: half the bytes, the same adapter up to bf16 rounding.
+  const std::string half = (dir_ / "lora-bf16").string();
+  ASSERT_TRUE(t->Save(model_dir_, half, model::DType::kBF16).ok());
+  const auto f32_bytes = fs::file_size(fs::path(out) / "adapter_model.safetensors");
+  const auto bf16_bytes = fs::file_size(fs::path(half) / "adapter_model.safetensors");
+  EXPECT_LT(bf16_bytes, f32_bytes * 6 / 10) << f32_bytes << " -> " << bf16_bytes;
+  auto rounded = model::LoadAdapter(half, *model_, "bf16");
+  ASSERT_TRUE(rounded.ok()) << rounded.status();
+  model::DenseAttention half_attention({}, {}, model::DenseAttention::CausalMask(n));
+  const std::vector<model::AdapterSpan> half_spans = {{rounded->get(), 0, n}};
+  auto served_bf16 = model_->Forward(torch::tensor(tokens), torch::tensor(positions),
+                                     torch::arange(n), half_attention, half_spans);
+  ASSERT_TRUE(served_bf16.ok()) << served_bf16.status();
+  // bf16 keeps 8 significant bits: within 2 % of the logits' scale.
+  const float scale = served->abs().max().item<float>();
+  EXPECT_LT((*served_bf16 - *served).abs().max().item<float>(), 0.02 * scale)
+      << (*served_bf16 - *served).abs().max().item<float>() << " at logit scale " << scale;
+  EXPECT_FALSE(torch::equal(*served_bf16, *served));
 }
 
 // LoRA training resumes exactly (the same seed gives the same initial adapter).
