@@ -23,6 +23,18 @@ std::string ReadAll(const fs::path& path) {
   return s.str();
 }
 
+// `load()` run with TMPDIR set to `tmp` (created), then TMPDIR as it was.
+template <typename Load>
+auto WithTmpdir(const fs::path& tmp, Load load) {
+  fs::create_directories(tmp);
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  auto loaded = load();
+  old_tmpdir ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  return loaded;
+}
+
 // The binary carries exactly the committed models/default/ files (a stale embedding or a
 // missing file fails here, not in a user's server).
 TEST(DefaultModelTest, EmbeddedFilesAreTheCommittedOnes) {
@@ -48,12 +60,7 @@ TEST(DefaultModelTest, LoadsLikeItsWrittenFolder) {
   EXPECT_EQ((*from_folder)->config().torch_dtype, "bfloat16");
   // A private TMPDIR: whatever LoadDefaultModel leaves behind would be found there.
   const fs::path tmp = out / "tmp";
-  fs::create_directories(tmp);
-  const char* old_tmpdir = std::getenv("TMPDIR");
-  const std::string saved = old_tmpdir ? old_tmpdir : "";
-  ::setenv("TMPDIR", tmp.c_str(), 1);
-  auto built_in = LoadDefaultModel({.threads = 2});
-  old_tmpdir ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  auto built_in = WithTmpdir(tmp, [] { return LoadDefaultModel({.threads = 2}); });
   ASSERT_TRUE(built_in.ok()) << built_in.status();
   EXPECT_TRUE(fs::is_empty(tmp)) << "LoadDefaultModel left files in " << tmp;
   ASSERT_NE((*built_in)->tokenizer(), nullptr);
@@ -82,12 +89,7 @@ TEST(DefaultModelTest, BuiltInAdapterLoadsLikeItsWrittenFolder) {
   auto from_folder = LoadAdapter((out / "de-en").string(), **model, "de-en");
   ASSERT_TRUE(from_folder.ok()) << from_folder.status();
   const fs::path tmp = out / "tmp";
-  fs::create_directories(tmp);
-  const char* old_tmpdir = std::getenv("TMPDIR");
-  const std::string saved = old_tmpdir ? old_tmpdir : "";
-  ::setenv("TMPDIR", tmp.c_str(), 1);
-  auto built_in = LoadDefaultAdapter("de-en", **model);
-  old_tmpdir ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  auto built_in = WithTmpdir(tmp, [&] { return LoadDefaultAdapter("de-en", **model); });
   ASSERT_TRUE(built_in.ok()) << built_in.status();
   EXPECT_TRUE(fs::is_empty(tmp)) << "LoadDefaultAdapter left files in " << tmp;
   EXPECT_EQ((*built_in)->name, "de-en");
