@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -96,10 +95,8 @@ absl::StatusOr<CommandModel> LoadCommandModel(const flags::ModelFlags& flags) {
   CommandModel loaded{.model = *std::move(model)};
   if (!flags.adapter) return loaded;
   // On the built-in model, a built-in adapter's name (unless a folder has that name).
-  const bool builtin =
-      !flags.dir && !std::filesystem::exists(*flags.adapter) &&
-      std::find(std::begin(model::kDefaultAdapterNames), std::end(model::kDefaultAdapterNames),
-                *flags.adapter) != std::end(model::kDefaultAdapterNames);
+  const bool builtin = !flags.dir && !std::filesystem::exists(*flags.adapter) &&
+                       model::IsDefaultAdapterName(*flags.adapter);
   auto adapter = builtin ? model::LoadDefaultAdapter(*flags.adapter, *loaded.model)
                          : model::LoadAdapter(*flags.adapter, *loaded.model, "adapter");
   if (!adapter.ok()) return adapter.status();

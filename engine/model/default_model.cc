@@ -95,7 +95,6 @@ auto LoadFromDefaultFolder(const std::string& what, Load load) -> decltype(load(
   const absl::Status written = WriteDefaultModel(dir.string());
   using Result = decltype(load(std::string()));
   Result loaded = written.ok() ? load(dir.string()) : Result(written);
-  std::error_code ignored;
   RemoveTree(dir).IgnoreError();  // a mapping of the weights stays valid after the unlink
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
@@ -111,10 +110,14 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadDefaultModel(const ModelOptions
                                [&](const std::string& dir) { return Model::Load(dir, options); });
 }
 
+bool IsDefaultAdapterName(std::string_view name) {
+  return std::find(std::begin(kDefaultAdapterNames), std::end(kDefaultAdapterNames), name) !=
+         std::end(kDefaultAdapterNames);
+}
+
 absl::StatusOr<std::shared_ptr<const Adapter>> LoadDefaultAdapter(const std::string& name,
                                                                   const Model& model) {
-  if (std::find(std::begin(kDefaultAdapterNames), std::end(kDefaultAdapterNames), name) ==
-      std::end(kDefaultAdapterNames)) {
+  if (!IsDefaultAdapterName(name)) {
     const std::vector<std::string> names(std::begin(kDefaultAdapterNames),
                                          std::end(kDefaultAdapterNames));
     return absl::NotFoundError(absl::StrCat(

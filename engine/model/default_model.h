@@ -28,6 +28,8 @@ inline constexpr char kDefaultModelProfile[] = "qwen2.5";
 
 // The built-in adapters' names: each is the folder of its files in the model folder.
 inline constexpr std::string_view kDefaultAdapterNames[] = {"de-en"};
+// Whether `name` is one of kDefaultAdapterNames.
+bool IsDefaultAdapterName(std::string_view name);
 
 struct EmbeddedFile {
   std::string_view name;  // path in the model folder ("config.json", "de-en/prompt.json")

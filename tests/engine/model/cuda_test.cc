@@ -56,8 +56,6 @@ TEST(CudaTest, LogitsEqualTheCpusForEveryFamily) {
     // Gemma 2 is refused in fp16 on CUDA; bf16 serves every family.
     auto half = Model::Load(dir, {.dtype = "bf16", .device = "cuda"});
     ASSERT_TRUE(half.ok()) << family.arch << ": " << half.status();
-    std::printf("%s: fp32 compared\n", family.arch.c_str());
-    std::fflush(stdout);
     const double bf16_error = RelativeError(Logits(**half, tokens), want);
     // The test models' weights are large (init_std 0.3), so bf16's rounding of every product
     // compounds: 3 % to 10 % measured on an H200.
@@ -77,8 +75,6 @@ TEST(CudaTest, LogitsEqualTheCpusForEveryFamily) {
     auto cpu_adapter = LoadAdapter(adapter_dir, **cpu, "a");
     auto gpu_adapter = LoadAdapter(adapter_dir, **gpu, "a");
     ASSERT_TRUE(cpu_adapter.ok() && gpu_adapter.ok()) << family.arch;
-    std::printf("%s: adapters loaded\n", family.arch.c_str());
-    std::fflush(stdout);
     const torch::Tensor want_lora = Logits(**cpu, tokens, cpu_adapter->get());
     const double lora_error = RelativeError(Logits(**gpu, tokens, gpu_adapter->get()), want_lora);
     EXPECT_LT(lora_error, 1e-4) << family.arch << " fp32 + LoRA";
