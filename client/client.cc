@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -39,7 +40,11 @@ absl::Status FromGrpc(const grpc::Status& status) {
 absl::StatusOr<SessionTrace> RunSession(
     v1::Gpeserve::Stub& stub, const ConnectOptions& options, const v1::SessionConfig& config,
     const std::vector<std::string>& words, double words_per_second,
-    const std::function<void(const v1::TokenDelta&)>& on_delta) {
+    const std::function<void(const v1::TokenDelta&)>& on_delta, const LongFormStream* long_form) {
+  // Chunk boundaries: after every word when paced; otherwise only where the client cuts.
+  std::vector<size_t> cuts;
+  size_t next_cut = 0;
+  if (long_form != nullptr) cuts = long_form->boundaries;
   grpc::ClientContext context;
   Authorize(options, &context);
   auto stream = stub.Stream(&context);
@@ -51,16 +56,31 @@ absl::StatusOr<SessionTrace> RunSession(
     if (!stream->Write(first)) return;
     const auto gap = words_per_second > 0 ? std::chrono::duration<double>(1.0 / words_per_second)
                                           : std::chrono::duration<double>(0);
-    if (words_per_second <= 0 && !words.empty()) {
+    // A chunk of words [from, to), with a boundary when the client cuts there.
+    auto send = [&](size_t from, size_t to) {
       v1::StreamRequest chunk;
-      for (const std::string& word : words) chunk.mutable_chunk()->add_words(word);
-      if (!stream->Write(chunk)) return;
+      for (size_t i = from; i < to; ++i) chunk.mutable_chunk()->add_words(words[i]);
+      while (next_cut < cuts.size() && cuts[next_cut] < to) ++next_cut;
+      if (next_cut < cuts.size() && cuts[next_cut] == to) {
+        chunk.mutable_chunk()->set_boundary(true);
+        ++next_cut;
+      }
+      return stream->Write(chunk);
+    };
+    if (words_per_second <= 0) {
+      // At once, in chunks of at most 500 words (the server's max_chunk_words is 1000).
+      size_t from = 0;
+      for (size_t cut = 0; from < words.size();) {
+        while (cut < cuts.size() && cuts[cut] <= from) ++cut;
+        size_t to = std::min(words.size(), from + 500);
+        if (cut < cuts.size()) to = std::min(to, cuts[cut]);
+        if (!send(from, to)) return;
+        from = to;
+      }
     } else {
       for (size_t i = 0; i < words.size(); ++i) {
         std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(gap * i));
-        v1::StreamRequest chunk;
-        chunk.mutable_chunk()->add_words(words[i]);
-        if (!stream->Write(chunk)) return;
+        if (!send(i, i + 1)) return;
       }
     }
     v1::StreamRequest end;
@@ -73,9 +93,13 @@ absl::StatusOr<SessionTrace> RunSession(
   while (stream->Read(&response)) {
     if (response.has_delta()) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      for (int i = 0; i < response.delta().ids_size(); ++i) trace.token_ms.push_back(ms);
+      if (long_form == nullptr) {
+        for (int i = 0; i < response.delta().ids_size(); ++i) trace.token_ms.push_back(ms);
+      }
       if (trace.first_token_ms < 0 && response.delta().ids_size() > 0) trace.first_token_ms = ms;
       if (on_delta) on_delta(response.delta());
+    } else if (response.has_segment()) {
+      if (long_form != nullptr && long_form->on_segment) long_form->on_segment(response.segment());
     } else if (response.has_done()) {
       trace.done = response.done();
       done = true;

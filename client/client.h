@@ -33,13 +33,24 @@ struct SessionTrace {
   std::vector<double> token_ms;  // arrival of each token, from the config's send
 };
 
+// What a long-form session adds to RunSession: where the client cuts the stream, and a
+// callback for each finished segment.
+struct LongFormStream {
+  // Word counts after which a boundary goes (SourceChunk.boundary on the chunk that ends
+  // there), ascending.
+  std::vector<size_t> boundaries;
+  std::function<void(const v1::SegmentDone&)> on_segment;  // on the calling thread
+};
+
 // Runs one live session: sends `config`, then `words` (one chunk per word, `words_per_second`
 // apart; 0: all at once), then EndOfSource. `on_delta` sees every TokenDelta as it arrives (on
-// the calling thread). Returns the SessionDone, or the call's status.
+// the calling thread). Returns the SessionDone, or the call's status. Token times are kept
+// only for sessions that are not long-form (`long_form` null).
 absl::StatusOr<SessionTrace> RunSession(
     v1::Gpeserve::Stub& stub, const ConnectOptions& options, const v1::SessionConfig& config,
     const std::vector<std::string>& words, double words_per_second,
-    const std::function<void(const v1::TokenDelta&)>& on_delta = nullptr);
+    const std::function<void(const v1::TokenDelta&)>& on_delta = nullptr,
+    const LongFormStream* long_form = nullptr);
 
 // grpc.health.v1 status of the server ("" service): true when SERVING.
 absl::StatusOr<bool> CheckHealth(const ConnectOptions& options, double timeout_seconds);

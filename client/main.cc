@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/client.h"
 #include "engine/eval/dataset.h"
@@ -191,6 +192,93 @@ std::pair<double, double> Lagging(const v1::SessionDone& done, double x, double 
           eval::LengthAdaptiveAverageLagging(delays, x, target_words)};
 }
 
+// gpe-client stream --long_form: one long-form session over the whole text.
+int StreamLongForm(v1::Gpeserve::Stub& stub, const ConnectOptions& connect,
+                   v1::SessionConfig config, const flags::LongFormFlags& long_form,
+                   const std::string& text, double rate, bool json) {
+  v1::LongForm& lf = *config.mutable_long_form();
+  lf.set_enabled(true);
+  for (const std::string& mark : long_form.options.segmenter.sentence_marks) {
+    lf.add_sentence_marks(mark);
+  }
+  lf.set_max_segment_words(static_cast<uint32_t>(long_form.options.segmenter.max_segment_words));
+  std::vector<std::string> words;
+  LongFormStream stream;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    for (std::string_view w : eval::SplitWords(std::string_view(line.data(), line.size()))) {
+      words.emplace_back(w);
+    }
+    if (!long_form.cut_by_marks && !words.empty() &&
+        (stream.boundaries.empty() || stream.boundaries.back() != words.size())) {
+      stream.boundaries.push_back(words.size());
+    }
+  }
+  const bool tty = ::isatty(STDOUT_FILENO);
+  std::string so_far;
+  double laal_sum = 0;
+  int64_t segments = 0, high_water = 0;
+  std::vector<double> lags;
+  stream.on_segment = [&](const v1::SegmentDone& s) {
+    const std::vector<double> delays(s.delays().begin(), s.delays().end());
+    const double x = static_cast<double>(s.source_units());
+    const double y = static_cast<double>(eval::SplitWords(s.text()).size());
+    const double laal = eval::LengthAdaptiveAverageLagging(delays, x, y);
+    laal_sum += laal;
+    ++segments;
+    high_water = std::max(high_water, s.counters().kv_blocks_high_water());
+    lags.insert(lags.end(), s.lags_ms().begin(), s.lags_ms().end());
+    if (tty) std::printf("\r\033[K");
+    std::printf("[segment %lld, words %lld-%lld, %s] %s  (LAAL %.2f%s)\n",
+                static_cast<long long>(s.index()), static_cast<long long>(s.first_word()),
+                static_cast<long long>(s.first_word() + s.words() - 1), s.cut().c_str(),
+                s.text().c_str(), laal,
+                s.source_units_unread() > 0
+                    ? absl::StrFormat(", %d units never read", s.source_units_unread()).c_str()
+                    : "");
+    std::fflush(stdout);
+    so_far.clear();
+  };
+  auto result = RunSession(
+      stub, connect, config, words, rate,
+      [&](const v1::TokenDelta& d) {
+        so_far += d.text();
+        if (tty) {
+          std::printf("\r\033[K[segment %lld, read %lld] %s", static_cast<long long>(d.segment()),
+                      static_cast<long long>(d.source_units_read()), so_far.c_str());
+          std::fflush(stdout);
+        }
+      },
+      &stream);
+  if (tty) std::printf("\n");
+  if (!result.ok()) {
+    return Fail(absl::StrFormat("%s: %s", absl::StatusCodeToString(result.status().code()),
+                                result.status().message()));
+  }
+  const v1::SessionDone& done = result->done;
+  std::printf(
+      "%lld segments, %zu words; StreamLAAL = %.3f (source units, mean over segments); lag per "
+      "word p50 %.0f ms, p90 %.0f ms; KV high-water %lld blocks; %lld source units never read; "
+      "%s\n",
+      static_cast<long long>(done.segments()), words.size(),
+      segments > 0 ? laal_sum / static_cast<double>(segments) : 0.0, eval::Percentile(lags, 50),
+      eval::Percentile(lags, 90), static_cast<long long>(done.counters().kv_blocks_high_water()),
+      static_cast<long long>(done.source_units_unread()), done.finish_reason().c_str());
+  if (json) {
+    nlohmann::json j = {{"segments", done.segments()},
+                        {"words", words.size()},
+                        {"stream_laal", segments > 0 ? laal_sum / segments : 0.0},
+                        {"lag_ms_p50", eval::Percentile(lags, 50)},
+                        {"lag_ms_p90", eval::Percentile(lags, 90)},
+                        {"kv_blocks_high_water", done.counters().kv_blocks_high_water()},
+                        {"source_units", done.source_units()},
+                        {"source_units_unread", done.source_units_unread()},
+                        {"finish_reason", done.finish_reason()},
+                        {"forward_tokens", done.counters().forward_tokens()}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int StreamCommand(int argc, char** argv) {
   flags::FlagSet flags(
       "gpe-client", "gpe-client stream [--text TEXT | --file FILE] [options]",
@@ -198,14 +286,22 @@ int StreamCommand(int argc, char** argv) {
       "when neither --text nor --file is given) and prints the target as it grows:\n"
       "one updating line on a terminal; otherwise a line per target word with the\n"
       "source words read when it was complete. At the\n"
-      "end: the full text, the delays, AL and LAAL (source units) and the reason.");
+      "end: the full text, the delays, AL and LAAL (source units) and the reason.\n\n"
+      "--long_form streams the text as one long-form session (a talk of hours): it is\n"
+      "cut into segments (--cut boundary: a boundary after each line of the text, and\n"
+      "sentence marks; --cut marks: sentence marks and --max_segment_words alone), each\n"
+      "printed as it finishes; at the end: segments, StreamLAAL (the mean of the\n"
+      "segments' LAAL), the computation-aware lag per word (ms from the arrival of the\n"
+      "source word that completed its read) and the session's KV high-water mark.");
   ConnectFlags connect_flags;
   SessionConfigFlags session_flags;
   std::optional<std::string> source_text, source_file;
   double rate = 2;
   bool json = false;
+  flags::LongFormFlags long_form;
   AddConnectFlags(flags, &connect_flags);
   AddSessionConfigFlags(flags, &session_flags);
+  flags::AddLongFormFlags(flags, &long_form);
   flags.Add("text", "TEXT", "the source text", &source_text);
   flags.Add("file", "FILE", "read the source text from FILE", &source_file);
   flags.Add("words_per_second", "R", "source pace (0: all at once)", &rate, {.min = 0});
@@ -213,7 +309,7 @@ int StreamCommand(int argc, char** argv) {
   if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
   auto connect = connect_flags.Resolve();
   if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
-  const v1::SessionConfig config = session_flags.ToProto();
+  v1::SessionConfig config = session_flags.ToProto();
   std::string text;
   if (source_text) {
     text = *source_text;
@@ -226,6 +322,9 @@ int StreamCommand(int argc, char** argv) {
   }
   const std::vector<std::string> words = Words(text);
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  if (long_form.options.enabled) {
+    return StreamLongForm(*stub, *connect, config, long_form, text, rate, json);
+  }
   const bool tty = ::isatty(STDOUT_FILENO);
   std::string so_far, word;  // the whole target so far; the part since the last word ended
   auto result = RunSession(*stub, *connect, config, words, rate, [&](const v1::TokenDelta& d) {

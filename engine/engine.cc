@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,12 @@ SessionEvent ErrorEvent(int64_t id, absl::Status status) {
   event.session_id = id;
   event.status = std::move(status);
   return event;
+}
+
+int64_t NowStamp() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 FinishReason FinishReasonOf(policy::DoneReason reason) {
@@ -38,6 +45,8 @@ const char* FinishReasonName(FinishReason reason) {
       return policy::DoneReasonName(policy::DoneReason::kMaxLag);
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kEndOfSource:
+      return "end_of_source";
   }
   return "cancelled";
 }
@@ -78,7 +87,8 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
     }
     options.adapter = it->second;
   }
-  auto session = session::StreamSession::Create(impl_->tokenizer, impl_->eos_ids, options);
+  auto session = session::SegmentedSession::Create(impl_->tokenizer, impl_->eos_ids, options,
+                                                  config.long_form);
   if (!session.ok()) return session.status();
   auto live = std::make_unique<Live>();
   live->session = *std::move(session);
@@ -118,12 +128,16 @@ void Engine::Post(int64_t id, CommandKind kind, std::vector<std::string> words,
     command.kind = kind;
     command.words = std::move(words);
     command.status = std::move(status);
+    command.stamp = NowStamp();
     impl_->inbox.push_back(std::move(command));
   }
 }
 
 void SessionHandle::Push(std::vector<std::string> words) {
   if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kPush, std::move(words));
+}
+void SessionHandle::Boundary() {
+  if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kBoundary);
 }
 void SessionHandle::EndSource() {
   if (auto engine = engine_.lock()) engine->Post(id_, Engine::CommandKind::kEnd);
@@ -140,7 +154,7 @@ void SessionHandle::Abort(absl::Status status) {
 // ---- The loop's bookkeeping ---------------------------------------------------------------------
 
 SessionEvent Engine::Impl::DoneEvent(const Live& live, FinishReason reason) const {
-  const session::StreamSession& s = *live.session;
+  const session::SegmentedSession& s = *live.session;
   SessionEvent event;
   event.kind = SessionEvent::Kind::kDone;
   event.session_id = live.id;
@@ -148,9 +162,14 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, FinishReason reason) cons
   event.output = s.output();
   event.full_text = s.FinalText();
   event.delays = s.FinalDelays();
+  if (!s.long_form()) {
+    event.lags_ms = live.lags_ms;
+    event.lags_ms.resize(std::min(event.lags_ms.size(), event.delays.size()));
+  }
   event.source_units = s.source_units();
   event.units_read = s.units_read();
-  event.source_units_unread = s.source_units() - s.units_read();
+  event.source_units_unread = s.source_units() - s.source_units_read();
+  event.segments = s.segments_finished();
   event.counters = s.counters();
   event.queue_seconds = std::chrono::duration<double>(
                             live.first_run.value_or(std::chrono::steady_clock::now()) - live.opened)
@@ -158,12 +177,15 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, FinishReason reason) cons
   return event;
 }
 
-void Engine::Impl::Deliver(Live& live, const SessionEvent& event) {
-  if (live.callback && !live.callback(event) && event.kind == SessionEvent::Kind::kTokens) {
+bool Engine::Impl::Deliver(Live& live, const SessionEvent& event) {
+  if (live.callback && !live.callback(event) &&
+      (event.kind == SessionEvent::Kind::kTokens || event.kind == SessionEvent::Kind::kSegment)) {
     Finish(live.id, ErrorEvent(live.id, absl::ResourceExhaustedError(
                                             "the client did not read its events fast enough; "
                                             "the session was cancelled")));
+    return false;
   }
+  return true;
 }
 
 void Engine::Impl::Finish(int64_t id, SessionEvent event) {
@@ -186,7 +208,7 @@ bool Engine::Impl::Drain() {
   {
     absl::MutexLock lock(&mu);
     const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
-      return s.second->session->state() != session::StreamSession::State::kWaiting;
+      return s.second->session->state() != session::SegmentedSession::State::kWaiting;
     });
     if (idle) {
       mu.Await(absl::Condition(this, &Impl::HasCommandsOrStop));
@@ -207,21 +229,27 @@ void Engine::Impl::Apply(Command& command) {
   auto it = sessions.find(command.id);
   if (it == sessions.end()) return;  // already finished
   Live& live = *it->second;
-  const session::StreamSession& s = *live.session;
+  const session::SegmentedSession& s = *live.session;
   switch (command.kind) {
     case CommandKind::kPush:
-      if (absl::Status status = live.session->AddWords(command.words); !status.ok()) {
+      if (absl::Status status = live.session->AddWords(command.words, command.stamp);
+          !status.ok()) {
+        Finish(live.id, ErrorEvent(live.id, std::move(status)));
+      }
+      break;
+    case CommandKind::kBoundary:
+      if (absl::Status status = live.session->Boundary(command.stamp); !status.ok()) {
         Finish(live.id, ErrorEvent(live.id, std::move(status)));
       }
       break;
     case CommandKind::kEnd:
-      live.session->EndSource();
+      live.session->EndSource(command.stamp);
       break;
     case CommandKind::kAbort:
       Finish(live.id,
              ErrorEvent(live.id, absl::Status(command.status.code(),
                                               absl::StrCat(command.status.message(), " (",
-                                                           s.source_units() - s.units_read(),
+                                                           s.source_units() - s.source_units_read(),
                                                            " of ", s.source_units(),
                                                            " source units received were not "
                                                            "read)"))));
@@ -245,13 +273,32 @@ void Engine::Impl::Publish() {
 }
 
 void Engine::Impl::FinishEnded() {
-  std::vector<int64_t> done;
-  for (const auto& [id, live] : sessions) {
-    if (live->session->state() == session::StreamSession::State::kDone) done.push_back(id);
-  }
-  for (int64_t id : done) {
+  std::vector<int64_t> ids;
+  for (const auto& [id, live] : sessions) ids.push_back(id);
+  for (int64_t id : ids) {
     Live& live = *sessions[id];
-    Finish(id, DoneEvent(live, FinishReasonOf(live.session->done_reason())));
+    bool delivered = true;
+    for (session::SegmentRecord& record : live.session->Advance(*allocator)) {
+      SessionEvent event;
+      event.kind = SessionEvent::Kind::kSegment;
+      event.session_id = id;
+      event.segment = record.index;
+      event.lags_ms = std::move(live.lags_ms);
+      event.lags_ms.resize(std::min(event.lags_ms.size(), record.delays.size()));
+      live.lags_ms.clear();
+      event.segment_record = std::move(record);
+      event.counters = live.session->counters();
+      // The next segment's text starts afresh.
+      live.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
+          *tokenizer, tokenizer::DecodeOptions{.skip_special_tokens = true});
+      if (!(delivered = Deliver(live, event))) break;  // cancelled: the Live is gone
+    }
+    if (!delivered) continue;
+    if (live.session->state() == session::SegmentedSession::State::kDone) {
+      Finish(id, DoneEvent(live, live.session->long_form()
+                                     ? FinishReason::kEndOfSource
+                                     : FinishReasonOf(live.session->done_reason())));
+    }
   }
 }
 

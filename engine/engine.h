@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "engine/sampler/sampler.h"
 #include "engine/scheduler/scheduler.h"
-#include "engine/session/stream_session.h"
+#include "engine/session/segmented_session.h"
 
 namespace gpeserve::model {
 class Model;
@@ -67,19 +67,23 @@ struct EngineInfo {
 
 struct SessionConfig {
   session::SessionOptions options;  // its `adapter` is set by Open from `adapter` below
+  // A long-form session (docs/GPE.md 9): the source is cut into segments, each translated as
+  // a one-sentence session, one after another, in one session.
+  session::LongFormOptions long_form;
   sampler::SamplingParams sampling;
   std::string adapter;  // a LoRA adapter of the engine, by name; empty: the base model
 };
 
-// Why a session ended without an error: the policy's stop rules (policy::DoneReason) or a
-// cancel.
-enum class FinishReason { kEndOfSequence, kMaxNewTokens, kMaxLag, kCancelled };
-// "end_of_sequence", "max_new_tokens", "max_lag", "cancelled": the names the API, metrics and
-// result files use.
+// Why a session ended without an error: the policy's stop rules (policy::DoneReason), a
+// cancel, or (long-form) the end of the source with every segment finished.
+enum class FinishReason { kEndOfSequence, kMaxNewTokens, kMaxLag, kCancelled, kEndOfSource };
+// "end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "end_of_source": the names the
+// API, metrics and result files use.
 const char* FinishReasonName(FinishReason reason);
 
 struct SessionEvent {
-  enum class Kind { kTokens, kDone, kError };
+  // kSegment: a long-form session finished a segment (before its next segment's tokens).
+  enum class Kind { kTokens, kSegment, kDone, kError };
   Kind kind = Kind::kTokens;
   int64_t session_id = 0;
   // kTokens: new output tokens and the text that became final with them (may be empty while
@@ -87,8 +91,18 @@ struct SessionEvent {
   std::vector<int32_t> ids;
   std::string text;
   bool word_complete = false;  // a target word ended with this event
-  int64_t units_read = 0;      // source units read so far
-  // kDone: the whole output and its statistics.
+  int64_t units_read = 0;      // source units read so far (long-form: in the segment)
+  int64_t segment = 0;         // the segment the tokens belong to (0 for a sentence session)
+  // word_complete: milliseconds from the arrival of the source unit whose read completed the
+  // word (the end segment: the cut) to now (computation-aware lag).
+  double lag_ms = 0;
+  // kSegment: the finished segment.
+  session::SegmentRecord segment_record;
+  // kSegment and kDone: per target word of the segment (a sentence session: of the output),
+  // lag_ms as its kTokens event had it.
+  std::vector<double> lags_ms;
+  // kDone: the whole output and its statistics (a long-form session: no output, text or
+  // delays, which its kSegment events carried; the totals over the stream).
   FinishReason reason = FinishReason::kEndOfSequence;
   std::vector<int32_t> output;
   std::string full_text;
@@ -96,6 +110,7 @@ struct SessionEvent {
   int64_t source_units = 0;  // source units received, the end segment included once received
   // Received and never read: the session ended (end of sequence, a limit, cancelled) first.
   int64_t source_units_unread = 0;
+  int64_t segments = 0;  // long-form: segments finished
   session::SessionCounters counters;
   double queue_seconds = 0;  // from Open to the first step the session ran in (or to its end)
   // kError (and kDone with reason kCancelled when cancelled by the engine).
@@ -126,6 +141,9 @@ class SessionHandle {
   int64_t id() const { return id_; }
   // More source words (each non-empty, no whitespace needed).
   void Push(std::vector<std::string> words);
+  // A long-form session's segment boundary after the words pushed so far (an error event when
+  // no word came since the last cut, or for a sentence session).
+  void Boundary();
   // The source is complete.
   void EndSource();
   // Ends the session: its blocks are freed at the next step and it gets a done event with

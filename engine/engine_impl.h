@@ -33,7 +33,7 @@ namespace gpeserve::engine {
 // A session as the loop thread sees it.
 struct Live {
   int64_t id = 0;
-  std::unique_ptr<session::StreamSession> session;
+  std::unique_ptr<session::SegmentedSession> session;
   std::unique_ptr<sampler::Sampler> sampler;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
   EventCallback callback;
@@ -42,6 +42,7 @@ struct Live {
   std::optional<std::chrono::steady_clock::time_point> first_run;
   int64_t order = 0;         // arrival order; admission order once admitted
   int64_t last_served = -1;  // step
+  std::vector<double> lags_ms;  // per target word of the running segment
 };
 
 // The pieces of one forward step and the sessions they belong to, in the same order.
@@ -56,7 +57,10 @@ SessionEvent ErrorEvent(int64_t id, absl::Status status);
 
 FinishReason FinishReasonOf(policy::DoneReason reason);
 
-enum class Engine::CommandKind { kOpen, kPush, kEnd, kCancel, kAbort };
+enum class Engine::CommandKind { kOpen, kPush, kBoundary, kEnd, kCancel, kAbort };
+
+// Microseconds of the steady clock: the stamps of source words (SegmentedSession).
+int64_t NowStamp();
 
 struct Engine::Impl {
   struct Command {
@@ -65,6 +69,7 @@ struct Engine::Impl {
     std::vector<std::string> words;
     std::unique_ptr<Live> live;  // kOpen
     absl::Status status;         // kAbort
+    int64_t stamp = 0;           // NowStamp() when the handle posted it
   };
 
   ~Impl();  // engine_loop.cc (the pool's tensors)
@@ -116,12 +121,13 @@ struct Engine::Impl {
     return stop || !inbox.empty();
   }
   void Apply(Command& command);
-  // Ends the sessions whose policy is done (end of sequence, limits) since the last step.
+  // Delivers the long-form segments finished since the last step; ends the sessions that are
+  // done (end of sequence, limits; long-form: the end of the stream).
   void FinishEnded();
   // Shutting down: every open session and every queued Open gets an UNAVAILABLE event.
   void EndAll();
-  // Delivers an event; a consumer that cannot take it gets the session cancelled.
-  void Deliver(Live& live, const SessionEvent& event);
+  // Delivers an event; a consumer that cannot take it gets the session cancelled (false).
+  bool Deliver(Live& live, const SessionEvent& event);
   // Ends a session with its final event and frees its blocks.
   void Finish(int64_t id, SessionEvent event);
   SessionEvent DoneEvent(const Live& live, FinishReason reason) const;

@@ -106,10 +106,10 @@ std::vector<scheduler::Candidate> Engine::Impl::Candidates() const {
   const int bs = allocator->block_size();
   std::vector<scheduler::Candidate> candidates;
   for (const auto& [id, live] : sessions) {
-    const session::StreamSession& s = *live->session;
+    const session::SegmentedSession& s = *live->session;
     scheduler::Candidate c;
     c.id = id;
-    c.runnable = s.state() == session::StreamSession::State::kRunnable;
+    c.runnable = s.state() == session::SegmentedSession::State::kRunnable;
     if (!c.runnable && !live->admitted) continue;
     c.admitted = live->admitted;
     if (c.runnable) {
@@ -188,6 +188,14 @@ bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
       token = live.sampler->Sample({r.data_ptr<float>(), static_cast<size_t>(r.numel())});
     }
     const session::StepResult result = live.session->Complete(token, *allocator);
+    // Computation-aware lag of each word completed now (the last one of a target may complete
+    // without word_complete, when the target ends).
+    double lag_ms = 0;
+    if (live.session->delays_recorded() > static_cast<int64_t>(live.lags_ms.size())) {
+      const std::optional<int64_t> stamp = live.session->LastDelayStamp();
+      lag_ms = stamp ? static_cast<double>(NowStamp() - *stamp) / 1000.0 : 0.0;
+      live.lags_ms.resize(live.session->delays_recorded(), lag_ms);
+    }
     if (result.emitted || result.word_complete) {
       SessionEvent event;
       event.session_id = live.id;
@@ -198,6 +206,8 @@ bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
       }
       event.word_complete = result.word_complete;
       event.units_read = live.session->units_read();
+      event.segment = live.session->segment();
+      if (result.word_complete) event.lag_ms = lag_ms;
       Deliver(live, event);
     }
   }

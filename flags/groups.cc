@@ -135,6 +135,33 @@ void AddSessionFlags(FlagSet& flags, SessionFlags* session) {
             &session->options.policy.max_new_tokens, {.min = 1});
 }
 
+void AddLongFormFlags(FlagSet& flags, LongFormFlags* long_form) {
+  flags.Add("long_form",
+            "one long-form session over the whole stream: cut into segments, each translated as "
+            "a sentence session (docs/GPE.md 9)",
+            &long_form->options.enabled);
+  std::string shown;
+  for (const std::string& mark : long_form->options.segmenter.sentence_marks) {
+    shown += (shown.empty() ? "" : " ") + mark;
+  }
+  flags.AddParsed("sentence_marks", "\"M ...\"",
+                  "long-form: marks that end a segment when a word ends in one (space-separated)",
+                  shown, [long_form](std::string_view text) -> absl::Status {
+                    std::vector<std::string> marks =
+                        absl::StrSplit(absl::string_view(text.data(), text.size()), ' ',
+                                       absl::SkipEmpty());
+                    if (marks.empty()) return absl::InvalidArgumentError("no mark given");
+                    long_form->options.segmenter.sentence_marks = std::move(marks);
+                    return absl::OkStatus();
+                  });
+  flags.Add("max_segment_words", "N", "long-form: a segment is cut after this many words",
+            &long_form->options.segmenter.max_segment_words, {.min = 1});
+  flags.AddChoice("cut",
+                  "long-form: a boundary after each item of the data (segments align with the "
+                  "references), or sentence marks and max_segment_words alone",
+                  &long_form->cut_by_marks, {{"boundary", false}, {"marks", true}});
+}
+
 void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling) {
   flags.Add("temperature", "T", "sampling temperature (0: greedy)", &sampling->temperature,
             {.min = 0});

@@ -22,6 +22,7 @@
 #include "engine/model/adapter_config.h"
 #include "engine/model/options.h"
 #include "engine/sampler/sampler.h"
+#include "engine/session/segmented_session.h"
 #include "engine/session/stream_session.h"
 #include "flags/flags.h"
 
@@ -73,6 +74,16 @@ void AddWaitKFlag(FlagSet& flags, int* wait_k);
 void AddSplitFlag(FlagSet& flags, policy::SplitMode* split);
 void AddParadigmFlag(FlagSet& flags, session::Paradigm* paradigm);
 void AddCompatFlag(FlagSet& flags, policy::Compat* compat);
+
+// A long-form session (docs/GPE.md 9) as gpe eval and gpe-client stream/eval run one.
+struct LongFormFlags {
+  session::LongFormOptions options;  // enabled by --long_form
+  // How the data set's items are cut into segments: the client sends a boundary after each
+  // item (kBoundary), or the stream is cut by sentence marks and max_segment_words alone.
+  bool cut_by_marks = false;
+};
+// --long_form, --sentence_marks, --max_segment_words, --cut (boundary|marks).
+void AddLongFormFlags(FlagSet& flags, LongFormFlags* long_form);
 
 // --temperature, --top_k, --top_p, --seed (bounds only; the engine validates the whole at Open).
 void AddSamplingFlags(FlagSet& flags, sampler::SamplingParams* sampling);

@@ -4,12 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/policy/segmenter.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace gpeserve::server {
 
 grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
+
+namespace {
+bool lf_set(const v1::LongForm& lf) {
+  return lf.sentence_marks_size() > 0 || lf.max_segment_words() > 0 || lf.context_segments() > 0;
+}
+}  // namespace
 
 absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& config,
                                                      const ServiceConfig& service, bool batch) {
@@ -128,6 +136,40 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
   }
   options.max_source_tokens = service.max_source_tokens;
 
+  if (config.has_long_form() && config.long_form().enabled()) {
+    const v1::LongForm& lf = config.long_form();
+    if (batch) {
+      return absl::InvalidArgumentError(
+          "long_form with Generate: Generate is batch mode, which waits for the whole source; "
+          "stream a long-form session with Stream");
+    }
+    out.long_form.enabled = true;
+    if (lf.sentence_marks_size() > 0) {
+      for (const std::string& mark : lf.sentence_marks()) {
+        if (!tokenizer::ValidateUtf8(mark).ok()) {
+          return absl::InvalidArgumentError("long_form.sentence_marks: a mark is not valid UTF-8");
+        }
+      }
+      out.long_form.segmenter.sentence_marks.assign(lf.sentence_marks().begin(),
+                                                    lf.sentence_marks().end());
+      if (auto segmenter = policy::Segmenter::Create(out.long_form.segmenter); !segmenter.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("long_form.sentence_marks: ", segmenter.status().message()));
+      }
+    }
+    if (lf.max_segment_words() > static_cast<uint32_t>(service.max_segment_words)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "long_form.max_segment_words is ", lf.max_segment_words(), "; this server allows at most ",
+          service.max_segment_words, " (gpeserve --max_segment_words)"));
+    }
+    if (lf.max_segment_words() > 0) out.long_form.segmenter.max_segment_words = lf.max_segment_words();
+    out.long_form.context_segments = lf.context_segments();
+  } else if (config.has_long_form() &&
+             lf_set(config.long_form())) {
+    return absl::InvalidArgumentError(
+        "long_form has settings but long_form.enabled is false; set enabled to stream long-form");
+  }
+
   const v1::Sampling& s = config.sampling();
   out.sampling.temperature = s.temperature();
   out.sampling.top_k = s.top_k();
@@ -149,6 +191,38 @@ v1::StreamResponse ToDeltaResponse(const engine::SessionEvent& e, int64_t server
   delta->set_source_units_read(e.units_read);
   delta->set_server_time_us(server_time_us);
   delta->set_session_time_us(session_time_us);
+  delta->set_segment(e.segment);
+  if (e.word_complete) delta->set_lag_ms(e.lag_ms);
+  return response;
+}
+
+namespace {
+void SetCounters(const session::SessionCounters& from, v1::SessionCounters* to) {
+  to->set_source_tokens(from.source_tokens);
+  to->set_forward_tokens(from.forward_tokens);
+  to->set_shared_tokens(from.shared_tokens);
+  to->set_preemptions(from.preemptions);
+  to->set_kv_blocks_high_water(from.kv_blocks_high_water);
+}
+}  // namespace
+
+v1::StreamResponse ToSegmentResponse(const engine::SessionEvent& e) {
+  const session::SegmentRecord& r = e.segment_record;
+  v1::StreamResponse response;
+  v1::SegmentDone* segment = response.mutable_segment();
+  segment->set_index(r.index);
+  segment->set_text(r.text);
+  segment->mutable_ids()->Add(r.output.begin(), r.output.end());
+  segment->mutable_delays()->Add(r.delays.begin(), r.delays.end());
+  segment->mutable_lags_ms()->Add(e.lags_ms.begin(), e.lags_ms.end());
+  segment->set_first_word(r.first_word);
+  segment->set_words(r.words);
+  segment->set_source_units(r.source_units);
+  segment->set_source_units_unread(r.units_unread);
+  segment->set_cut(policy::CutReasonName(r.cut));
+  segment->set_finish_reason(policy::DoneReasonName(r.reason));
+  SetCounters(r.counters, segment->mutable_counters());
+  segment->mutable_counters()->set_kv_blocks_high_water(e.counters.kv_blocks_high_water);
   return response;
 }
 
@@ -161,13 +235,11 @@ v1::StreamResponse ToDoneResponse(const engine::SessionEvent& e,
   done->mutable_delays()->Add(e.delays.begin(), e.delays.end());
   done->mutable_delays_ms()->Add(delays_ms.begin(), delays_ms.end());
   done->set_source_units(e.source_units);
-  v1::SessionCounters* c = done->mutable_counters();
-  c->set_source_tokens(e.counters.source_tokens);
-  c->set_forward_tokens(e.counters.forward_tokens);
-  c->set_shared_tokens(e.counters.shared_tokens);
-  c->set_preemptions(e.counters.preemptions);
+  SetCounters(e.counters, done->mutable_counters());
   done->set_finish_reason(engine::FinishReasonName(e.reason));
   done->set_source_units_unread(e.source_units_unread);
+  done->mutable_lags_ms()->Add(e.lags_ms.begin(), e.lags_ms.end());
+  done->set_segments(e.segments);
   return response;
 }
 

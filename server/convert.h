@@ -30,6 +30,9 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
 v1::StreamResponse ToDeltaResponse(const engine::SessionEvent& event, int64_t server_time_us,
                                    int64_t session_time_us);
 
+// A kSegment event as a SegmentDone response.
+v1::StreamResponse ToSegmentResponse(const engine::SessionEvent& event);
+
 // A kDone event as a SessionDone response; `delays_ms`: per target word, the milliseconds from
 // the first source arrival to the word's completion.
 v1::StreamResponse ToDoneResponse(const engine::SessionEvent& event,

@@ -159,6 +159,8 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
             {.min = 1});
   flags.Add("max_word_bytes", "N", "bytes in one source word at most", &service.max_word_bytes,
             {.min = 1});
+  flags.Add("max_segment_words", "N", "a long-form session's max_segment_words at most",
+            &service.max_segment_words, {.min = 1});
   flags.Add("max_message_bytes", "N", "size of one request message at most",
             &service.max_message_bytes, {.min = 1});
   flags.Add("max_queued_events", "N",

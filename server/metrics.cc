@@ -20,6 +20,8 @@ const Histogram::BucketBoundaries kSessionBuckets = {0.3,  0.5,  0.8,  1.0,   1.
 const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,   8,    16,   32,   64,
                                                    128, 256, 512, 1024, 2048, 4096, 8192};
 const Histogram::BucketBoundaries kWordBuckets = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
+const Histogram::BucketBoundaries kBlockBuckets = {1,  2,   4,   8,   16,   32,  64,
+                                                   128, 256, 512, 1024, 2048, 4096};
 
 }  // namespace
 
@@ -61,11 +63,19 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
       "word_lag_seconds",
       "Per target word: wall time from the arrival of the last source word it read to its "
       "emission.");
+  auto* segments = &prometheus::BuildCounter()
+                        .Name("gpeserve:segments_total")
+                        .Help("Segments finished by long-form sessions (rate(): segments per second).")
+                        .Register(*registry_);
+  auto* long_form_kv = histogram_family(
+      "long_form_kv_blocks",
+      "Per finished segment of a long-form session: the most KV blocks the session has held "
+      "(bounded by the prompt and one segment, however long the stream).");
   auto* finished = &prometheus::BuildCounter()
                         .Name("gpeserve:session_finished_total")
                         .Help(
                             "Sessions ended, by reason (end_of_sequence, max_new_tokens, max_lag, "
-                            "cancelled, error).")
+                            "cancelled, error; long-form: end_of_source).")
                         .Register(*registry_);
   std::vector<std::string> names = {base_label};
   names.insert(names.end(), adapters.begin(), adapters.end());
@@ -78,8 +88,10 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
     series.queue = &queue->Add(l, kLatencyBuckets);
     series.word_lag_words = &word_lag_words->Add(l, kWordBuckets);
     series.word_lag_seconds = &word_lag_seconds->Add(l, kLatencyBuckets);
+    series.segments = &segments->Add(l);
+    series.long_form_kv_blocks = &long_form_kv->Add(l, kBlockBuckets);
     for (const char* reason :
-         {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error"}) {
+         {"end_of_sequence", "max_new_tokens", "max_lag", "cancelled", "error", "end_of_source"}) {
       prometheus::Labels with_reason = l;
       with_reason["reason"] = reason;
       series.finished[reason] = &finished->Add(with_reason);
@@ -152,6 +164,11 @@ void Metrics::ObserveSessionLatency(const SessionSeries& s, double seconds) {
 void Metrics::ObserveWordLag(const SessionSeries& s, double words, double seconds) {
   s.word_lag_words->Observe(words);
   s.word_lag_seconds->Observe(seconds);
+}
+
+void Metrics::SegmentFinished(const SessionSeries& s, int64_t kv_blocks_high_water) {
+  s.segments->Increment();
+  s.long_form_kv_blocks->Observe(static_cast<double>(kv_blocks_high_water));
 }
 
 void Metrics::SessionFinished(const SessionSeries& s, const std::string& reason) {

@@ -39,6 +39,8 @@ class Metrics {
     prometheus::Histogram* queue;
     prometheus::Histogram* word_lag_words;
     prometheus::Histogram* word_lag_seconds;
+    prometheus::Counter* segments;                 // long-form segments finished
+    prometheus::Histogram* long_form_kv_blocks;    // per segment: the session's KV high-water
     std::map<std::string, prometheus::Counter*> finished;  // by reason
   };
   // The `adapter` label of sessions on the model alone.
@@ -73,6 +75,8 @@ class Metrics {
   static void ObserveSessionLatency(const SessionSeries& s, double seconds);
   static void ObserveWordLag(const SessionSeries& s, double words, double seconds);
   static void SessionFinished(const SessionSeries& s, const std::string& reason);
+  // A long-form session finished a segment; the most KV blocks it has held so far.
+  static void SegmentFinished(const SessionSeries& s, int64_t kv_blocks_high_water);
   // A failed call (Stream or Generate ended with a non-OK status), by gRPC status code name.
   void CallFailed(const std::string& code);
   // Where Render reads the engine's statistics; what `source` reports now (e.g. a warm-up

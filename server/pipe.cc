@@ -13,7 +13,7 @@ void Pipe::SetAdapter(const std::string& adapter) {
 
 void Pipe::SourceArrived(size_t units) {
   absl::MutexLock lock(&mu_);
-  arrivals_.insert(arrivals_.end(), units, Clock::now());
+  if (units > 0 && !first_arrival_) first_arrival_ = Clock::now();
 }
 
 bool Pipe::OnEvent(const engine::SessionEvent& e) {
@@ -26,13 +26,22 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
       case engine::SessionEvent::Kind::kTokens:
         if (queue_.size() >= max_queued_) return false;
         if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
-        if (e.word_complete) ObserveWord(now, e.units_read);
+        if (e.word_complete) ObserveWord(now, e);
         queue_.push_back(ToDeltaResponse(
             e,
             std::chrono::duration_cast<std::chrono::microseconds>(
                 std::chrono::system_clock::now().time_since_epoch())
                 .count(),
             std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count()));
+        break;
+      case engine::SessionEvent::Kind::kSegment:
+        if (queue_.size() >= max_queued_) return false;
+        if (series_ != nullptr) {
+          Metrics::SegmentFinished(*series_, e.counters.kv_blocks_high_water);
+        }
+        word_ms_.clear();  // a long-form session's SessionDone has no per-word delays
+        segment_words_ = 0;
+        queue_.push_back(ToSegmentResponse(e));
         break;
       case engine::SessionEvent::Kind::kDone: {
         if (series_ != nullptr) {
@@ -129,20 +138,17 @@ void Pipe::ObserveTokens(Clock::time_point now, size_t count) {
   last_token_ = now;
 }
 
-void Pipe::ObserveWord(Clock::time_point now, int64_t units_read) {
-  const int64_t before = static_cast<int64_t>(word_ms_.size());  // target words before it
+void Pipe::ObserveWord(Clock::time_point now, const engine::SessionEvent& e) {
+  const int64_t before = segment_words_++;  // target words of the segment before it
   word_ms_.push_back(MsSinceFirstArrival(now));
   if (series_ == nullptr) return;
-  double lag_seconds = 0;
-  if (units_read >= 1 && static_cast<size_t>(units_read) <= arrivals_.size()) {
-    lag_seconds = std::chrono::duration<double>(now - arrivals_[units_read - 1]).count();
-  }
-  Metrics::ObserveWordLag(*series_, static_cast<double>(std::max<int64_t>(0, units_read - before)),
-                          lag_seconds);
+  Metrics::ObserveWordLag(*series_,
+                          static_cast<double>(std::max<int64_t>(0, e.units_read - before)),
+                          e.lag_ms / 1000.0);
 }
 
 double Pipe::MsSinceFirstArrival(Clock::time_point now) const {
-  const Clock::time_point first = arrivals_.empty() ? opened_ : arrivals_.front();
+  const Clock::time_point first = first_arrival_.value_or(opened_);
   return std::chrono::duration<double, std::milli>(now - first).count();
 }
 

@@ -45,7 +45,8 @@ class Pipe {
   // The session's adapter (empty: the base, the default), for its metrics' series; before
   // the session opens.
   void SetAdapter(const std::string& adapter);
-  // Source units arrived (the reactor's thread): their arrival times, for word lag.
+  // Source units arrived (the reactor's thread): the first one's time starts the session's
+  // delays_ms.
   void SourceArrived(size_t units);
   // The engine's callback (loop thread). False when the client is too far behind.
   bool OnEvent(const engine::SessionEvent& e);
@@ -68,8 +69,9 @@ class Pipe {
   Action Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Perform(const Action& action);
   void ObserveTokens(Clock::time_point now, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A target word ended with `units_read` source units read.
-  void ObserveWord(Clock::time_point now, int64_t units_read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A target word ended (event `e`: its units read, its lag).
+  void ObserveWord(Clock::time_point now, const engine::SessionEvent& e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double MsSinceFirstArrival(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Metrics* const metrics_;
@@ -82,8 +84,10 @@ class Pipe {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);          // finish with this once drained
   bool ended_ ABSL_GUARDED_BY(mu_) = false;                       // Finish was called (or detached)
-  std::vector<Clock::time_point> arrivals_ ABSL_GUARDED_BY(mu_);  // per source unit
-  std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);              // per target word
+  std::optional<Clock::time_point> first_arrival_ ABSL_GUARDED_BY(mu_);
+  // Per target word (of the segment, long-form): ms since the first arrival.
+  std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);
+  int64_t segment_words_ ABSL_GUARDED_BY(mu_) = 0;  // target words of the running segment
   std::optional<Clock::time_point> last_token_ ABSL_GUARDED_BY(mu_);
   // The session's series in metrics_ (null without metrics).
   const Metrics::SessionSeries* series_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -194,6 +194,7 @@ class StreamReactor final
         auto handle = OpenSession(service_, *engine_config, pipe_);
         if (!handle.ok()) return ToGrpc(handle.status());
         handle_ = *handle;
+        long_form_ = engine_config->long_form.enabled;
         scope_.SetSession(handle_);
         return grpc::Status::OK;
       }
@@ -210,6 +211,11 @@ class StreamReactor final
           return {grpc::StatusCode::INVALID_ARGUMENT,
                   "a SourceChunk has both words and text; send one of them"};
         }
+        if (chunk.boundary() && !long_form_) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  "SourceChunk.boundary in a sentence session: boundaries cut long-form "
+                  "sessions (SessionConfig.long_form.enabled)"};
+        }
         std::vector<std::string> words;
         if (chunk.words_size() > 0) {
           if (grpc::Status s = FlushText(); !s.ok()) return s;
@@ -223,6 +229,10 @@ class StreamReactor final
           if (static_cast<int>(words_.partial().size()) > config.max_word_bytes) {
             return ToGrpc(CheckWord(words_.partial(), config.max_word_bytes));
           }
+          if (chunk.boundary()) {  // the boundary ends a word cut at the chunk's end
+            if (grpc::Status s = FlushText(); !s.ok()) return s;
+            for (std::string& word : words_.Finish()) words.push_back(std::move(word));
+          }
         }
         if (static_cast<int>(words.size()) > config.max_chunk_words) {
           return {grpc::StatusCode::INVALID_ARGUMENT,
@@ -233,6 +243,7 @@ class StreamReactor final
           if (absl::Status s = CheckWord(word, config.max_word_bytes); !s.ok()) return ToGrpc(s);
         }
         Push(std::move(words));
+        if (chunk.boundary()) handle_->Boundary();
         return grpc::Status::OK;
       }
       case StreamRequest::kEnd:
@@ -276,6 +287,7 @@ class StreamReactor final
   eval::WordStream words_;                         // a word cut at the end of the last text chunk
   std::string carry_;                              // a UTF-8 character cut there (its first bytes)
   bool source_ended_ = false;
+  bool long_form_ = false;
 };
 
 class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<StreamResponse>> {

@@ -26,6 +26,7 @@ struct ServiceConfig {
   int64_t max_message_bytes = 4 << 20;  // bytes of one request message
   int max_chunk_words = 1000;           // words in one SourceChunk
   int max_word_bytes = 1024;            // bytes in one word
+  int max_segment_words = 1000;         // a long-form session's max_segment_words at most
   int max_queued_events = 1024;         // per session; beyond: RESOURCE_EXHAUSTED
   std::string auth_token;               // non-empty: "authorization: Bearer <token>" required
   // LoRA adapters (ListModels); the merged one, if any, is what every session runs.

@@ -141,6 +141,138 @@ absl::Status RunOnEngine(const CommandModel& loaded, const engine::EngineConfig&
   return failure;
 }
 
+// What a long-form run measured besides the segments' results.
+struct LongFormTotals {
+  int64_t streams = 0;
+  int64_t segments = 0;
+  int64_t kv_blocks_high_water = 0;  // the most any one session held
+  int64_t units_unread = 0;
+  bool aligned = true;  // segment i of each stream is item i of it (its reference)
+  std::vector<std::string> stream_outputs;  // per stream: the segments' texts, space-joined
+};
+
+// The items as `streams` long-form sessions on one engine (contiguous runs of items, one
+// session each, in shared steps). With boundary cuts each stream is fed as a live client
+// would be: `lookahead` items ahead of its finished segments, a boundary after each item (so
+// segment i is item i); with mark cuts the whole stream at once.
+absl::Status RunLongForm(const CommandModel& loaded, engine::EngineConfig config,
+                         const session::SessionOptions& options,
+                         const flags::LongFormFlags& long_form,
+                         const std::vector<std::vector<std::string>>& sources, int streams,
+                         eval::Progress& progress, std::vector<eval::SentenceResult>* results,
+                         LongFormTotals* totals, engine::EngineStats* stats) {
+  std::vector<std::shared_ptr<const model::Adapter>> adapters;
+  if (loaded.adapter) adapters.push_back(loaded.adapter);
+  config.max_sessions = streams;
+  auto eng = engine::Engine::Create(loaded.model, config, adapters);
+  if (!eng.ok()) return eng.status();
+  const size_t n = sources.size();
+  streams = static_cast<int>(std::min<size_t>(std::max(streams, 1), std::max<size_t>(n, 1)));
+  struct Stream {
+    size_t first = 0, end = 0, pushed = 0;
+    std::shared_ptr<engine::SessionHandle> handle;
+    bool ended = false;
+    std::vector<session::SegmentRecord> segments;
+  };
+  std::vector<Stream> all(streams);
+  for (int s = 0; s < streams; ++s) {
+    all[s].first = n * s / streams;
+    all[s].end = n * (s + 1) / streams;
+    all[s].pushed = all[s].first;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int, engine::SessionEvent>> events;  // guarded by mu
+  constexpr size_t kLookahead = 4;
+  auto feed = [&](Stream& st) {
+    const size_t window = long_form.cut_by_marks ? st.end : st.first + st.segments.size() + kLookahead;
+    while (st.pushed < st.end && st.pushed < window) {
+      st.handle->Push(sources[st.pushed++]);
+      if (!long_form.cut_by_marks) st.handle->Boundary();
+    }
+    if (st.pushed == st.end && !st.ended) {
+      st.handle->EndSource();
+      st.ended = true;
+    }
+  };
+  const engine::SessionConfig session_config{
+      .options = options,
+      .long_form = long_form.options,
+      .adapter = loaded.adapter ? loaded.adapter->name : ""};
+  for (int s = 0; s < streams; ++s) {
+    auto handle = (*eng)->Open(session_config, [&, s](const engine::SessionEvent& e) {
+      if (e.kind == engine::SessionEvent::Kind::kTokens) return true;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        events.emplace_back(s, e);
+      }
+      cv.notify_one();
+      return true;
+    });
+    if (!handle.ok()) return handle.status();
+    all[s].handle = *handle;
+    feed(all[s]);
+  }
+  absl::Status failure;
+  int open = streams;
+  size_t finished_segments = 0;
+  while (open > 0) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !events.empty(); });
+    auto [s, e] = std::move(events.front());
+    events.pop_front();
+    lock.unlock();
+    Stream& st = all[s];
+    switch (e.kind) {
+      case engine::SessionEvent::Kind::kSegment:
+        st.segments.push_back(std::move(e.segment_record));
+        progress.Update(++finished_segments);
+        if (failure.ok()) feed(st);
+        break;
+      case engine::SessionEvent::Kind::kDone:
+        --open;
+        totals->kv_blocks_high_water =
+            std::max(totals->kv_blocks_high_water, e.counters.kv_blocks_high_water);
+        totals->units_unread += e.source_units_unread;
+        break;
+      case engine::SessionEvent::Kind::kError:
+        --open;
+        if (failure.ok()) {
+          failure = absl::Status(e.status.code(),
+                                 absl::StrFormat("stream %d: %s", s, e.status.message()));
+        }
+        for (Stream& other : all) {
+          if (other.handle && &other != &st) other.handle->Cancel();
+        }
+        break;
+      case engine::SessionEvent::Kind::kTokens:
+        break;
+    }
+  }
+  *stats = (*eng)->stats();
+  (*eng)->Shutdown();
+  if (!failure.ok()) return failure;
+  totals->streams = streams;
+  for (const Stream& st : all) {
+    totals->segments += static_cast<int64_t>(st.segments.size());
+    if (st.segments.size() != st.end - st.first) totals->aligned = false;
+    std::string joined;
+    for (const session::SegmentRecord& r : st.segments) {
+      if (!r.text.empty()) joined += (joined.empty() ? "" : " ") + r.text;
+    }
+    totals->stream_outputs.push_back(std::move(joined));
+  }
+  if (!totals->aligned) return absl::OkStatus();
+  for (const Stream& st : all) {
+    for (size_t k = 0; k < st.segments.size(); ++k) {
+      const session::SegmentRecord& r = st.segments[k];
+      (*results)[st.first + k] = Sentence(r.text, r.output, r.delays, r.source_units, r.counters,
+                                          policy::DoneReasonName(r.reason));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int EvalCommand(int argc, char** argv, int first) {
@@ -153,7 +285,13 @@ int EvalCommand(int argc, char** argv, int first) {
       "sentence and wall time per sentence. Paradigms (docs/GPE.md): gpe (group\n"
       "positions), reencode (batch-streaming: re-encode the target after each read),\n"
       "interleaved (one chronological sequence); --mode batch reads the whole source\n"
-      "first and uses plain causal positions.");
+      "first and uses plain causal positions.\n\n"
+      "--long_form streams the whole data set through long-form sessions (one per\n"
+      "--concurrency, over contiguous runs of items): a boundary after each item, so each\n"
+      "segment is translated as the item alone would be and aligns with its reference;\n"
+      "BLEU is over the segments and the AL and LAAL means are StreamLAAL's per-segment\n"
+      "means; it prints the KV high-water mark of a session. --repeat N streams the data N\n"
+      "times over (the high-water mark must not grow).");
   flags::ModelFlags model_flags;
   flags::AddModelFlags(flags, &model_flags);
   flags::AddAdapterFlags(flags, &model_flags);
@@ -173,8 +311,13 @@ int EvalCommand(int argc, char** argv, int first) {
   flags.Add("limit", "N", "evaluate the first N items only (negative: all)", &limit);
   flags.Add("out", "FILE", "write one JSON line per sentence", &out_path);
   flags.Add("concurrency", "N",
-            "sessions in flight on the engine (1: one at a time, without the engine)", &concurrency,
-            {.min = 1});
+            "sessions in flight on the engine (1: one at a time, without the engine; long-form: "
+            "the number of streams)",
+            &concurrency, {.min = 1});
+  flags::LongFormFlags long_form;
+  flags::AddLongFormFlags(flags, &long_form);
+  int repeat = 1;
+  flags.Add("repeat", "N", "the data set N times over (e.g. a long stream)", &repeat, {.min = 1});
   engine::EngineConfig engine_config;
   engine_config.kv_blocks = 1024;
   flags::AddKvCacheFlags(flags, &engine_config);
@@ -184,6 +327,11 @@ int EvalCommand(int argc, char** argv, int first) {
         (batch || session.options.paradigm != session::Paradigm::kGpe)) {
       return absl::InvalidArgumentError(
           "--compat reference applies to --mode streaming with --paradigm gpe");
+    }
+    if (long_form.options.enabled && batch) {
+      return absl::InvalidArgumentError(
+          "--long_form streams: --mode batch waits for the whole source, which a long-form "
+          "stream never has");
     }
     return absl::OkStatus();
   });
@@ -202,6 +350,10 @@ int EvalCommand(int argc, char** argv, int first) {
 
   auto data = eval::LoadDataset(*data_path, source_key, target_key);
   if (!data.ok()) return Fail(std::string(data.status().message()));
+  if (repeat > 1) {
+    const auto once = *data;
+    for (int r = 1; r < repeat; ++r) data->insert(data->end(), once.begin(), once.end());
+  }
   const size_t count = limit && *limit >= 0 ? std::min<size_t>(*limit, data->size()) : data->size();
 
   auto loaded = LoadCommandModel(model_flags);
@@ -228,7 +380,11 @@ int EvalCommand(int argc, char** argv, int first) {
   std::vector<eval::SentenceResult> results(count);
   absl::Status run;
   engine::EngineStats stats;
-  if (concurrency == 1) {
+  LongFormTotals totals;
+  if (long_form.options.enabled) {
+    run = RunLongForm(*loaded, engine_config, options, long_form, sources, concurrency, progress,
+                      &results, &totals, &stats);
+  } else if (concurrency == 1) {
     run = RunSequential(model, options, sources, engine_config, progress, &results);
   } else {
     engine_config.max_sessions = concurrency;
@@ -238,6 +394,23 @@ int EvalCommand(int argc, char** argv, int first) {
   const double seconds = progress.Finish();
   if (!run.ok()) return Fail(std::string(run.message()));
 
+  if (long_form.options.enabled && !totals.aligned) {
+    // Segments cut by marks need not match the items: score each stream as one document.
+    eval::Report report;
+    for (int64_t s = 0; s < totals.streams; ++s) {
+      std::string reference;
+      for (size_t i = count * s / totals.streams; i < count * (s + 1) / totals.streams; ++i) {
+        reference += (reference.empty() ? "" : " ") + (*data)[i].reference;
+      }
+      report.Add({.reference = reference, .output = totals.stream_outputs[s]});
+    }
+    const eval::BleuScore bleu = report.Bleu();
+    std::cout << absl::StrFormat(
+        "%s\n(over %d streams as documents: %d segments do not align with the %d items; "
+        "--cut boundary aligns them)\nlong-form: KV high-water %d blocks in one session\n",
+        bleu.ToString(), totals.streams, totals.segments, count, totals.kv_blocks_high_water);
+    return 0;
+  }
   eval::Report report;
   for (size_t i = 0; i < count; ++i) {
     eval::SentenceResult& result = results[i];
@@ -247,10 +420,20 @@ int EvalCommand(int argc, char** argv, int first) {
     if (out.is_open()) out << eval::ResultLine(result) << "\n";
   }
   std::cout << report.Summary(
-      {.setting = absl::StrFormat("%s, k=%d, concurrency %d", paradigm, wait_k, concurrency),
+      {.setting = long_form.options.enabled
+                      ? absl::StrFormat("%s, k=%d, long-form: %d segments in %d streams; AL and "
+                                        "LAAL are StreamLAAL's per-segment means",
+                                        paradigm, wait_k, totals.segments, totals.streams)
+                      : absl::StrFormat("%s, k=%d, concurrency %d", paradigm, wait_k, concurrency),
        .seconds = seconds,
        .wall_per_sentence = true});
-  if (concurrency > 1) {
+  if (long_form.options.enabled) {
+    std::cout << absl::StrFormat(
+        "long-form: KV high-water %d blocks of %d tokens in one session; %d source units never "
+        "read\n",
+        totals.kv_blocks_high_water, engine_config.block_size, totals.units_unread);
+  }
+  if (concurrency > 1 || long_form.options.enabled) {
     std::cout << absl::StrFormat(
         "engine: %d steps, %.1f tokens and %.1f sessions per step, %d preemptions\n", stats.steps,
         stats.steps > 0 ? static_cast<double>(stats.step_tokens) / stats.steps : 0.0,

@@ -187,6 +187,16 @@ int64_t StreamSession::blocks_held() const {
   return static_cast<int64_t>(source_.blocks().size() + target_.blocks().size());
 }
 
+std::vector<int32_t> StreamSession::PrefixBlocks() const {
+  std::vector<int32_t> blocks;
+  if (!options_.share_prefix || prefix_block_size_ == 0) return blocks;
+  for (size_t b = 0; b < prefix_hashes_.size(); ++b) {
+    if (static_cast<int64_t>((b + 1) * prefix_block_size_) > source_.num_tokens()) break;
+    blocks.push_back(source_.blocks()[b]);
+  }
+  return blocks;
+}
+
 void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
   const int bs = allocator.block_size();
   const std::vector<int32_t>& prefix = segments_[0];
@@ -196,6 +206,7 @@ void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
     return;
   }
   if (prefix_hashes_.empty()) {
+    prefix_block_size_ = bs;
     // The adapter changes every cached key and value: it is part of each block's identity (its
     // address seeds the hash chain and ends each block's tokens, so that even a collision of
     // hashes cannot share blocks across adapters).
@@ -281,6 +292,7 @@ absl::StatusOr<Work> StreamSession::Prepare(int64_t max_tokens, kv::BlockAllocat
   }
   if (absl::Status s = table.Append(static_cast<int64_t>(take), allocator); !s.ok()) return s;
   work.slots = table.Slots(before, before + static_cast<int64_t>(take), bs);
+  counters_.kv_blocks_high_water = std::max(counters_.kv_blocks_high_water, blocks_held());
   work.noncausal =
       feed->offset < feed->block ? static_cast<int64_t>(feed->block - feed->offset) : 0;
   work.sample = feed->write && feed->offset + take == feed->tokens.size();

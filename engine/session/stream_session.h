@@ -98,6 +98,7 @@ struct SessionCounters {
   int64_t forward_tokens = 0;  // tokens the model computed (re-fed and replayed ones again)
   int64_t shared_tokens = 0;   // prompt-prefix tokens taken from shared blocks, not computed
   int64_t preemptions = 0;
+  int64_t kv_blocks_high_water = 0;  // the most KV blocks it held at once
 };
 
 class StreamSession {
@@ -144,6 +145,9 @@ class StreamSession {
   // Frees every block (the session is finished or abandoned).
   void Release(kv::BlockAllocator& allocator);
   int64_t blocks_held() const;
+  // The full blocks of the prompt prefix it holds that are in the shared prefix cache (none
+  // without share_prefix, or before its prefix was read).
+  std::vector<int32_t> PrefixBlocks() const;
 
   // ---- Results ----
   const std::vector<int32_t>& output() const { return policy_->output(); }
@@ -209,6 +213,7 @@ class StreamSession {
   // ---- State ----
   std::vector<uint64_t> prefix_hashes_;  // chained hash of each full block of segment 0
   std::vector<std::vector<int64_t>> prefix_block_tokens_;
+  int prefix_block_size_ = 0;  // the block size prefix_hashes_ were computed for
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
   int64_t words_ = 0;                           // words added
   int64_t source_length_ = 0;  // tokens of the source segments so far, the end segment

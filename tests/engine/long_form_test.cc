@@ -1,0 +1,374 @@
+// Long-form sessions (issue 20; docs/GPE.md 9) through the engine: each segment of one stream
+// gives exactly what a separate session with its words gives (tokens, delays, stop reason),
+// whatever the cuts (sentence marks, client boundaries, max_segment_words, the end), the
+// chunking of the words, and the other sessions sharing the steps; the KV a session holds does
+// not grow with the stream; bad input ends the session precisely and others go on.
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/session/runner.h"
+#include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
+
+namespace gpeserve::engine {
+namespace {
+
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](const SessionEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(e);
+      if (e.kind == SessionEvent::Kind::kDone || e.kind == SessionEvent::Kind::kError) {
+        ++finals_;
+        done_.notify_all();
+      }
+      return true;
+    };
+  }
+  SessionEvent Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return finals_ > 0; });
+    return events_.back();
+  }
+  std::vector<SessionEvent> Of(SessionEvent::Kind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<SessionEvent> out;
+    for (const SessionEvent& e : events_) {
+      if (e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+  std::vector<SessionEvent> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<SessionEvent> events_;
+  int finals_ = 0;
+};
+
+SessionConfig Config(int wait_k, bool long_form, int max_new_tokens = 12) {
+  SessionConfig c;
+  c.options.profile = *policy::LoadProfile("qwen2.5");
+  c.options.policy.wait_k = wait_k;
+  c.options.policy.max_new_tokens = max_new_tokens;
+  c.long_form.enabled = long_form;
+  c.long_form.segmenter.max_segment_words = 9;
+  return c;
+}
+
+session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
+                             const std::vector<std::string>& words) {
+  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
+  auto pool = kv::KvPool::Create(
+      {.block_size = 4, .num_blocks = 512},
+      {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim}, m.dtype(), m.device());
+  session::SessionOptions options = config.options;
+  options.max_positions = m.config().max_position_embeddings;
+  auto session = session::CreateOfflineSession(m, options, words);
+  EXPECT_TRUE(session.ok()) << session.status();
+  auto result = session::RunToCompletion(m, **session, *pool, allocator);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return *result;
+}
+
+// A stream of `n` sentences and how it must be cut: sentences ending in a mark, sentences the
+// client ends with a boundary, and long ones that max_segment_words (9) cuts.
+struct Stream {
+  std::vector<std::string> words;
+  std::vector<bool> boundary_after;               // per word: the client sends a boundary
+  std::vector<std::vector<std::string>> segments;  // what each segment must hold
+  std::vector<policy::CutReason> cuts;
+};
+
+Stream MakeStream(int n, uint64_t seed) {
+  static const std::vector<std::string> vocabulary = {"the", "cat", "sat",  "on",     "a",
+                                                      "mat", "and", "dog",  "quickly", "ran"};
+  std::mt19937 rng(seed);
+  Stream s;
+  for (int i = 0; i < n; ++i) {
+    const int kind = static_cast<int>(rng() % 4);  // 0, 1: mark; 2: boundary; 3: long
+    const int length = kind == 3 ? 10 + static_cast<int>(rng() % 8) : 1 + static_cast<int>(rng() % 7);
+    std::vector<std::string> sentence;
+    for (int w = 0; w < length; ++w) sentence.push_back(vocabulary[rng() % vocabulary.size()]);
+    if (kind <= 1) sentence.back() += i % 2 ? "." : "?\"";
+    for (size_t w = 0; w < sentence.size(); ++w) {
+      s.words.push_back(sentence[w]);
+      s.boundary_after.push_back(kind == 2 && w + 1 == sentence.size());
+    }
+    for (size_t start = 0; start < sentence.size(); start += 9) {
+      const size_t end = std::min(sentence.size(), start + 9);
+      s.segments.emplace_back(sentence.begin() + start, sentence.begin() + end);
+      if (end - start == 9 && (end < sentence.size() || kind == 3)) {
+        s.cuts.push_back(policy::CutReason::kMaxWords);
+      } else {
+        s.cuts.push_back(kind <= 1 ? policy::CutReason::kSentenceMark
+                                   : policy::CutReason::kBoundary);
+      }
+    }
+    if (kind == 3 && sentence.size() % 9 != 0) {
+      // The long sentence's rest is not cut by a mark: the next sentence's words join it, so
+      // give it a boundary of its own.
+      s.boundary_after.back() = true;
+      s.cuts.back() = policy::CutReason::kBoundary;
+    }
+  }
+  return s;
+}
+
+// Pushes the stream in random chunks, boundaries where due, then ends it.
+void Feed(SessionHandle& handle, const Stream& s, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> chunk;
+  for (size_t i = 0; i < s.words.size(); ++i) {
+    chunk.push_back(s.words[i]);
+    if (s.boundary_after[i] || rng() % 3 == 0) {
+      handle.Push(std::move(chunk));
+      chunk.clear();
+      if (s.boundary_after[i]) handle.Boundary();
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+  }
+  handle.Push(std::move(chunk));
+  handle.EndSource();
+}
+
+std::shared_ptr<Engine> MakeEngine(std::shared_ptr<const model::Model> m, int64_t kv_blocks) {
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = kv_blocks;
+  config.scheduler.max_batch_tokens = 64;
+  config.scheduler.max_sessions_per_step = 6;
+  auto engine = Engine::Create(std::move(m), config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return *engine;
+}
+
+// The acceptance property: per segment, exactly a separate session's tokens and delays; three
+// long-form sessions and sentence sessions share the steps.
+TEST(LongFormTest, SegmentsEqualSeparateSessions) {
+  for (const model::MakeModelOptions& family : testing::TestFamilies()) {
+    if (family.arch != "qwen2" && family.arch != "gemma2") continue;  // two families suffice
+    auto m = testing::TinyChatModel(11, family);
+    ASSERT_NE(m, nullptr);
+    auto engine = MakeEngine(m, 1024);
+    const int streams = 3;
+    std::vector<Stream> sources;
+    std::vector<SessionConfig> configs;
+    std::vector<Collector> collectors(streams + 2);
+    std::vector<std::thread> feeders;
+    for (int i = 0; i < streams; ++i) {
+      sources.push_back(MakeStream(12, 40 + i));
+      configs.push_back(Config(1 + i, /*long_form=*/true));
+    }
+    for (int i = 0; i < streams; ++i) {
+      auto handle = engine->Open(configs[i], collectors[i].Callback());
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 7 + i); });
+    }
+    // Sentence sessions alongside.
+    for (int j = 0; j < 2; ++j) {
+      auto handle = engine->Open(Config(2, false), collectors[streams + j].Callback());
+      ASSERT_TRUE(handle.ok());
+      (*handle)->Push({"a", "dog", "sat", "on", "the", "mat"});
+      (*handle)->EndSource();
+    }
+    for (auto& t : feeders) t.join();
+    for (int i = 0; i < streams; ++i) {
+      const SessionEvent done = collectors[i].Wait();
+      ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+      EXPECT_EQ(done.reason, FinishReason::kEndOfSource);
+      const std::vector<SessionEvent> segments = collectors[i].Of(SessionEvent::Kind::kSegment);
+      ASSERT_EQ(segments.size(), sources[i].segments.size()) << family.arch << " stream " << i;
+      EXPECT_EQ(done.segments, static_cast<int64_t>(segments.size()));
+      int64_t first_word = 0, units = 0, unread = 0;
+      for (size_t k = 0; k < segments.size(); ++k) {
+        const session::SegmentRecord& r = segments[k].segment_record;
+        const session::SessionResult alone = Alone(*m, configs[i], sources[i].segments[k]);
+        SCOPED_TRACE(testing::TestDevice() + " " + family.arch + " stream " + std::to_string(i) +
+                     " segment " + std::to_string(k));
+        EXPECT_EQ(r.index, static_cast<int64_t>(k));
+        EXPECT_EQ(r.output, alone.output);
+        EXPECT_EQ(r.delays, alone.delays);
+        EXPECT_EQ(r.text, alone.text);
+        EXPECT_EQ(r.reason, alone.reason);
+        EXPECT_EQ(r.source_units, alone.source_units);
+        EXPECT_EQ(r.cut, sources[i].cuts[k]);
+        EXPECT_EQ(r.first_word, first_word);
+        EXPECT_EQ(r.words, static_cast<int64_t>(sources[i].segments[k].size()));
+        EXPECT_EQ(segments[k].lags_ms.size(), r.delays.size());
+        first_word += r.words;
+        units += r.source_units;
+        unread += r.units_unread;
+      }
+      EXPECT_EQ(done.source_units, units);
+      EXPECT_EQ(done.source_units_unread, unread);
+      // The deltas carry their segment, in order, and add up to each segment's output.
+      std::vector<std::vector<int32_t>> streamed(segments.size());
+      int64_t last = 0;
+      for (const SessionEvent& e : collectors[i].Of(SessionEvent::Kind::kTokens)) {
+        ASSERT_GE(e.segment, last);
+        ASSERT_LT(e.segment, static_cast<int64_t>(segments.size()));
+        last = e.segment;
+        streamed[e.segment].insert(streamed[e.segment].end(), e.ids.begin(), e.ids.end());
+      }
+      for (size_t k = 0; k < segments.size(); ++k) {
+        EXPECT_EQ(streamed[k], segments[k].segment_record.output);
+      }
+    }
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(collectors[streams + j].Wait().kind, SessionEvent::Kind::kDone);
+    }
+    const EngineStats stats = engine->stats();
+    EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+  }
+}
+
+// The KV a long-form session holds does not grow with the stream: its high-water mark over a
+// stream and over ten copies of it is the same, and every block is free at the end.
+TEST(LongFormTest, KvHighWaterDoesNotGrowWithTheStream) {
+  auto m = testing::TinyChatModel(12);
+  auto engine = MakeEngine(m, 1024);
+  const Stream once = MakeStream(10, 3);
+  Stream ten;
+  for (int copy = 0; copy < 10; ++copy) {
+    ten.words.insert(ten.words.end(), once.words.begin(), once.words.end());
+    ten.boundary_after.insert(ten.boundary_after.end(), once.boundary_after.begin(),
+                              once.boundary_after.end());
+  }
+  auto run = [&](const Stream& s) {
+    Collector c;
+    auto handle = engine->Open(Config(2, true), c.Callback());
+    EXPECT_TRUE(handle.ok());
+    Feed(**handle, s, 5);
+    const SessionEvent done = c.Wait();
+    EXPECT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+    return done;
+  };
+  const SessionEvent a = run(once);
+  const SessionEvent b = run(ten);
+  EXPECT_EQ(b.segments, 10 * a.segments);
+  EXPECT_GT(a.counters.kv_blocks_high_water, 0);
+  EXPECT_EQ(a.counters.kv_blocks_high_water, b.counters.kv_blocks_high_water);
+  // Shared prompt-prefix tokens: every segment after the first found the prefix kept.
+  EXPECT_GT(b.counters.shared_tokens, 0);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+}
+
+// A segment whose target ends before its source was all read says how many units it never
+// read, and the next segment runs as usual.
+TEST(LongFormTest, UnreadUnitsOfASegmentAreCounted) {
+  auto m = testing::TinyChatModel(13);
+  auto engine = MakeEngine(m, 1024);
+  SessionConfig config = Config(1, true, /*max_new_tokens=*/2);
+  Collector c;
+  auto handle = engine->Open(config, c.Callback());
+  ASSERT_TRUE(handle.ok());
+  const std::vector<std::string> first = {"the", "cat", "sat", "on", "a", "mat", "and", "ran."};
+  const std::vector<std::string> second = {"a", "dog", "sat."};
+  // Word by word with pauses, so that the first segment's target ends while its words arrive.
+  for (const std::string& w : first) {
+    (*handle)->Push({w});
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  (*handle)->Push(second);
+  (*handle)->EndSource();
+  const SessionEvent done = c.Wait();
+  ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+  const std::vector<SessionEvent> segments = c.Of(SessionEvent::Kind::kSegment);
+  ASSERT_EQ(segments.size(), 2u);
+  const session::SegmentRecord& r = segments[0].segment_record;
+  const session::SessionResult alone = Alone(*m, config, first);
+  EXPECT_EQ(r.reason, alone.reason);
+  EXPECT_NE(r.reason, policy::DoneReason::kNone);
+  EXPECT_EQ(r.source_units, 9);
+  EXPECT_GT(r.units_unread, 0);  // two tokens at wait-1 read at most a few of its 9 units
+  EXPECT_EQ(r.output, alone.output);
+  EXPECT_EQ(segments[1].segment_record.output, Alone(*m, config, second).output);
+  EXPECT_EQ(done.source_units_unread,
+            r.units_unread + segments[1].segment_record.units_unread);
+}
+
+// Bad input: a boundary with no words since the last cut, a segment over the per-segment
+// limit, long-form with the batch paradigm, context_segments; other sessions go on.
+TEST(LongFormTest, BadInputEndsTheSessionPreciselyAndOthersGoOn) {
+  auto m = testing::TinyChatModel(14);
+  auto engine = MakeEngine(m, 1024);
+  Collector good;
+  auto good_handle = engine->Open(Config(2, true), good.Callback());
+  ASSERT_TRUE(good_handle.ok());
+  (*good_handle)->Push({"the", "cat", "sat."});
+
+  {  // a boundary right after a cut
+    Collector c;
+    auto h = engine->Open(Config(2, true), c.Callback());
+    ASSERT_TRUE(h.ok());
+    (*h)->Push({"a", "dog."});
+    (*h)->Boundary();
+    const SessionEvent e = c.Wait();
+    ASSERT_EQ(e.kind, SessionEvent::Kind::kError);
+    EXPECT_EQ(e.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status.message().find("boundary"), std::string::npos) << e.status;
+  }
+  {  // a boundary in a sentence session
+    Collector c;
+    auto h = engine->Open(Config(2, false), c.Callback());
+    ASSERT_TRUE(h.ok());
+    (*h)->Push({"a"});
+    (*h)->Boundary();
+    const SessionEvent e = c.Wait();
+    ASSERT_EQ(e.kind, SessionEvent::Kind::kError);
+    EXPECT_EQ(e.status.code(), absl::StatusCode::kInvalidArgument);
+  }
+  {  // a segment over the per-segment token limit
+    SessionConfig config = Config(2, true);
+    config.long_form.segmenter.max_segment_words = 1000;
+    config.options.max_source_tokens = 200;  // the prompt (byte tokens) and a few words
+    Collector c;
+    auto h = engine->Open(config, c.Callback());
+    ASSERT_TRUE(h.ok());
+    (*h)->Push({"short."});
+    std::vector<std::string> many(60, "word");
+    (*h)->Push(many);
+    const SessionEvent e = c.Wait();
+    ASSERT_EQ(e.kind, SessionEvent::Kind::kError);
+    EXPECT_EQ(e.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status.message().find("segment 1"), std::string::npos) << e.status;
+    EXPECT_NE(e.status.message().find("per segment"), std::string::npos) << e.status;
+  }
+  {  // the batch paradigm
+    SessionConfig config = Config(2, true);
+    config.options.paradigm = session::Paradigm::kBatch;
+    Collector c;
+    const auto h = engine->Open(config, c.Callback());
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(h.status().message().find("batch"), std::string::npos);
+  }
+  {  // context segments are not built yet
+    SessionConfig config = Config(2, true);
+    config.long_form.context_segments = 1;
+    Collector c;
+    const auto h = engine->Open(config, c.Callback());
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kUnimplemented);
+  }
+  (*good_handle)->Push({"a", "mat."});
+  (*good_handle)->EndSource();
+  const SessionEvent done = good.Wait();
+  ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+  EXPECT_EQ(done.segments, 2);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+}
+
+}  // namespace
+}  // namespace gpeserve::engine
