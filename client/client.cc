@@ -1,7 +1,7 @@
 #include "client/client.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -37,10 +37,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<SessionTrace> RunSession(
-    v1::Gpeserve::Stub& stub, const ConnectOptions& options, const v1::SessionConfig& config,
-    const std::vector<std::string>& words, double words_per_second,
-    const std::function<void(const v1::TokenDelta&)>& on_delta, const LongFormStream* long_form) {
+absl::StatusOr<SessionTrace> RunSession(v1::Gpeserve::Stub& stub, const ConnectOptions& options,
+                                        const v1::SessionConfig& config,
+                                        const std::vector<std::string>& words,
+                                        double words_per_second,
+                                        const std::function<void(const v1::TokenDelta&)>& on_delta,
+                                        const LongFormStream* long_form) {
   // Chunk boundaries: after every word when paced; otherwise only where the client cuts.
   std::vector<size_t> cuts;
   size_t next_cut = 0;

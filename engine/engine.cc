@@ -88,7 +88,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
     options.adapter = it->second;
   }
   auto session = session::SegmentedSession::Create(impl_->tokenizer, impl_->eos_ids, options,
-                                                  config.long_form);
+                                                   config.long_form);
   if (!session.ok()) return session.status();
   auto live = std::make_unique<Live>();
   live->session = *std::move(session);
@@ -232,13 +232,19 @@ void Engine::Impl::Apply(Command& command) {
   const session::SegmentedSession& s = *live.session;
   switch (command.kind) {
     case CommandKind::kPush:
-      if (absl::Status status = live.session->AddWords(command.words, command.stamp);
-          !status.ok()) {
-        Finish(live.id, ErrorEvent(live.id, std::move(status)));
-      }
-      break;
     case CommandKind::kBoundary:
-      if (absl::Status status = live.session->Boundary(command.stamp); !status.ok()) {
+      if (absl::Status status = command.kind == CommandKind::kPush
+                                    ? live.session->AddWords(command.words, command.stamp)
+                                    : live.session->Boundary(command.stamp);
+          !status.ok()) {
+        // A long-form session loses the segments in flight: say how much.
+        if (s.long_form()) {
+          status = absl::Status(
+              status.code(),
+              absl::StrCat(status.message(), " (", s.segments_finished(),
+                           " segments were finished; ", s.source_units() - s.source_units_read(),
+                           " of ", s.source_units(), " source units received were not read)"));
+        }
         Finish(live.id, ErrorEvent(live.id, std::move(status)));
       }
       break;

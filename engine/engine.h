@@ -141,8 +141,9 @@ class SessionHandle {
   int64_t id() const { return id_; }
   // More source words (each non-empty, no whitespace needed).
   void Push(std::vector<std::string> words);
-  // A long-form session's segment boundary after the words pushed so far (an error event when
-  // no word came since the last cut, or for a sentence session).
+  // A long-form session's segment boundary after the words pushed so far (nothing when a
+  // sentence mark cut there already; an error event when no word came since the last boundary,
+  // or for a sentence session).
   void Boundary();
   // The source is complete.
   void EndSource();

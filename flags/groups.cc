@@ -147,9 +147,8 @@ void AddLongFormFlags(FlagSet& flags, LongFormFlags* long_form) {
   flags.AddParsed("sentence_marks", "\"M ...\"",
                   "long-form: marks that end a segment when a word ends in one (space-separated)",
                   shown, [long_form](std::string_view text) -> absl::Status {
-                    std::vector<std::string> marks =
-                        absl::StrSplit(absl::string_view(text.data(), text.size()), ' ',
-                                       absl::SkipEmpty());
+                    std::vector<std::string> marks = absl::StrSplit(
+                        absl::string_view(text.data(), text.size()), ' ', absl::SkipEmpty());
                     if (marks.empty()) return absl::InvalidArgumentError("no mark given");
                     long_form->options.segmenter.sentence_marks = std::move(marks);
                     return absl::OkStatus();

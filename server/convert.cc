@@ -158,14 +158,15 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
       }
     }
     if (lf.max_segment_words() > static_cast<uint32_t>(service.max_segment_words)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "long_form.max_segment_words is ", lf.max_segment_words(), "; this server allows at most ",
-          service.max_segment_words, " (gpeserve --max_segment_words)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("long_form.max_segment_words is ", lf.max_segment_words(),
+                       "; this server allows at most ", service.max_segment_words,
+                       " (gpeserve --max_segment_words)"));
     }
-    if (lf.max_segment_words() > 0) out.long_form.segmenter.max_segment_words = lf.max_segment_words();
+    if (lf.max_segment_words() > 0)
+      out.long_form.segmenter.max_segment_words = lf.max_segment_words();
     out.long_form.context_segments = lf.context_segments();
-  } else if (config.has_long_form() &&
-             lf_set(config.long_form())) {
+  } else if (config.has_long_form() && lf_set(config.long_form())) {
     return absl::InvalidArgumentError(
         "long_form has settings but long_form.enabled is false; set enabled to stream long-form");
   }

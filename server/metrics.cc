@@ -20,7 +20,7 @@ const Histogram::BucketBoundaries kSessionBuckets = {0.3,  0.5,  0.8,  1.0,   1.
 const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,   8,    16,   32,   64,
                                                    128, 256, 512, 1024, 2048, 4096, 8192};
 const Histogram::BucketBoundaries kWordBuckets = {0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50};
-const Histogram::BucketBoundaries kBlockBuckets = {1,  2,   4,   8,   16,   32,  64,
+const Histogram::BucketBoundaries kBlockBuckets = {1,   2,   4,   8,    16,   32,  64,
                                                    128, 256, 512, 1024, 2048, 4096};
 
 }  // namespace
@@ -63,10 +63,11 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
       "word_lag_seconds",
       "Per target word: wall time from the arrival of the last source word it read to its "
       "emission.");
-  auto* segments = &prometheus::BuildCounter()
-                        .Name("gpeserve:segments_total")
-                        .Help("Segments finished by long-form sessions (rate(): segments per second).")
-                        .Register(*registry_);
+  auto* segments =
+      &prometheus::BuildCounter()
+           .Name("gpeserve:segments_total")
+           .Help("Segments finished by long-form sessions (rate(): segments per second).")
+           .Register(*registry_);
   auto* long_form_kv = histogram_family(
       "long_form_kv_blocks",
       "Per finished segment of a long-form session: the most KV blocks the session has held "

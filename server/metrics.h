@@ -39,8 +39,8 @@ class Metrics {
     prometheus::Histogram* queue;
     prometheus::Histogram* word_lag_words;
     prometheus::Histogram* word_lag_seconds;
-    prometheus::Counter* segments;                 // long-form segments finished
-    prometheus::Histogram* long_form_kv_blocks;    // per segment: the session's KV high-water
+    prometheus::Counter* segments;               // long-form segments finished
+    prometheus::Histogram* long_form_kv_blocks;  // per segment: the session's KV high-water
     std::map<std::string, prometheus::Counter*> finished;  // by reason
   };
   // The `adapter` label of sessions on the model alone.

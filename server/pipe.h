@@ -82,8 +82,8 @@ class Pipe {
   // Front is being written if writing_.
   std::deque<v1::StreamResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);          // finish with this once drained
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;                       // Finish was called (or detached)
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // finish with this once drained
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;               // Finish was called (or detached)
   std::optional<Clock::time_point> first_arrival_ ABSL_GUARDED_BY(mu_);
   // Per target word (of the segment, long-form): ms since the first arrival.
   std::vector<double> word_ms_ ABSL_GUARDED_BY(mu_);

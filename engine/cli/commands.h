@@ -10,7 +10,7 @@ namespace gpeserve::cli {
 inline bool IsEngineCommand(std::string_view command) {
   for (std::string_view name :
        {"make-model", "default-model", "quantize", "train", "logits", "make-adapter",
-        "merge-adapter", "bench-forward", "bench-stream", "bench", "eval"}) {
+        "merge-adapter", "bench-forward", "bench-stream", "bench-long", "bench", "eval"}) {
     if (command == name) return true;
   }
   return false;
@@ -27,6 +27,7 @@ int MakeAdapterCommand(int argc, char** argv, int first);
 int MergeAdapterCommand(int argc, char** argv, int first);
 int BenchForwardCommand(int argc, char** argv, int first);
 int BenchStreamCommand(int argc, char** argv, int first);
+int BenchLongCommand(int argc, char** argv, int first);
 int BenchCommand(int argc, char** argv, int first);
 int ScoreCommand(int argc, char** argv, int first);
 int EvalCommand(int argc, char** argv, int first);

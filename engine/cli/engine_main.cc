@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   if (command == "merge-adapter") return gpeserve::cli::MergeAdapterCommand(argc, argv, 2);
   if (command == "bench-forward") return gpeserve::cli::BenchForwardCommand(argc, argv, 2);
   if (command == "bench-stream") return gpeserve::cli::BenchStreamCommand(argc, argv, 2);
+  if (command == "bench-long") return gpeserve::cli::BenchLongCommand(argc, argv, 2);
   if (command == "bench") return gpeserve::cli::BenchCommand(argc, argv, 2);
   if (command == "eval") return gpeserve::cli::EvalCommand(argc, argv, 2);
   std::fprintf(stderr, "gpe-engine: runs gpe's model commands; use `gpe --help`\n");

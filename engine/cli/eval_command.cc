@@ -185,7 +185,8 @@ absl::Status RunLongForm(const CommandModel& loaded, engine::EngineConfig config
   std::deque<std::pair<int, engine::SessionEvent>> events;  // guarded by mu
   constexpr size_t kLookahead = 4;
   auto feed = [&](Stream& st) {
-    const size_t window = long_form.cut_by_marks ? st.end : st.first + st.segments.size() + kLookahead;
+    const size_t window =
+        long_form.cut_by_marks ? st.end : st.first + st.segments.size() + kLookahead;
     while (st.pushed < st.end && st.pushed < window) {
       st.handle->Push(sources[st.pushed++]);
       if (!long_form.cut_by_marks) st.handle->Boundary();
@@ -195,10 +196,9 @@ absl::Status RunLongForm(const CommandModel& loaded, engine::EngineConfig config
       st.ended = true;
     }
   };
-  const engine::SessionConfig session_config{
-      .options = options,
-      .long_form = long_form.options,
-      .adapter = loaded.adapter ? loaded.adapter->name : ""};
+  const engine::SessionConfig session_config{.options = options,
+                                             .long_form = long_form.options,
+                                             .adapter = loaded.adapter ? loaded.adapter->name : ""};
   for (int s = 0; s < streams; ++s) {
     auto handle = (*eng)->Open(session_config, [&, s](const engine::SessionEvent& e) {
       if (e.kind == engine::SessionEvent::Kind::kTokens) return true;

@@ -33,6 +33,7 @@ constexpr char kUsage[] =
     "  logits       dump a model's logits for given tokens and positions (.npy)\n"
     "  bench-forward  time decode and prefill against the memory roofline\n"
     "  bench-stream   cost per read as the source grows: gpe vs reencode\n"
+    "  bench-long     long-form sessions over a long stream: step time and memory stay flat\n"
     "  bench          engine throughput and latency as concurrent sessions grow\n"
     "  score        corpus BLEU of a hypothesis file (sacreBLEU defaults)\n"
     "  eval         run a data set through streaming sessions: BLEU, AL, LAAL\n";

@@ -68,19 +68,22 @@ CutReason Segmenter::Cut(CutReason reason) {
 
 std::optional<CutReason> Segmenter::AddWord(std::string_view word) {
   ++open_words_;
+  ++since_boundary_;
   if (EndsSentence(word)) return Cut(CutReason::kSentenceMark);
   if (open_words_ >= config_.max_segment_words) return Cut(CutReason::kMaxWords);
   return std::nullopt;
 }
 
-absl::StatusOr<CutReason> Segmenter::Boundary() {
-  if (open_words_ == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a segment boundary with no words since the ",
-        segments_ == 0 ? "start of the source" : "last segment ended",
-        " (segments are cut after sentence marks already; send the boundary with the words it "
-        "ends)"));
+absl::StatusOr<std::optional<CutReason>> Segmenter::Boundary() {
+  if (since_boundary_ == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a segment boundary with no words since the ",
+                     boundaries_ == 0 ? "start of the source" : "last boundary",
+                     " (an empty segment: send the boundary with the words it ends)"));
   }
+  since_boundary_ = 0;
+  ++boundaries_;
+  if (open_words_ == 0) return std::nullopt;  // a sentence mark (or max words) cut there already
   return Cut(CutReason::kBoundary);
 }
 

@@ -37,9 +37,11 @@ class Segmenter {
 
   // The next word of the stream; the reason when the segment ends with it.
   std::optional<CutReason> AddWord(std::string_view word);
-  // The client's boundary after the words so far: ends the open segment. InvalidArgument when
-  // no word arrived since the last cut (an empty segment is a client error, not a no-op).
-  absl::StatusOr<CutReason> Boundary();
+  // The client's boundary after the words so far: ends the open segment (kBoundary); nothing
+  // when the segment was cut right there already (the last word ended a sentence, or reached
+  // max_segment_words: an ASR endpoint after a full stop is no error). InvalidArgument when no
+  // word arrived since the last boundary (or the start): an empty segment is a client error.
+  absl::StatusOr<std::optional<CutReason>> Boundary();
   // Words of the open segment (0 right after a cut).
   int64_t open_words() const { return open_words_; }
   // Segments cut so far.
@@ -54,6 +56,8 @@ class Segmenter {
   SegmenterConfig config_;
   int64_t open_words_ = 0;
   int64_t segments_ = 0;
+  int64_t since_boundary_ = 0;  // words since the last boundary (or the start)
+  int64_t boundaries_ = 0;
 };
 
 }  // namespace gpeserve::policy

@@ -32,9 +32,9 @@ absl::StatusOr<std::unique_ptr<SegmentedSession>> SegmentedSession::Create(
         "long-form stream never has; use gpe (or reencode, interleaved) for long-form");
   }
   if (long_form.context_segments != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "context_segments is ", long_form.context_segments,
-        "; only 0 is implemented so far (each segment is translated on its own)"));
+    return absl::UnimplementedError(
+        absl::StrCat("context_segments is ", long_form.context_segments,
+                     "; only 0 is implemented so far (each segment is translated on its own)"));
   }
   auto segmenter = policy::Segmenter::Create(long_form.segmenter);
   if (!segmenter.ok()) return segmenter.status();
@@ -100,10 +100,11 @@ absl::Status SegmentedSession::Boundary(int64_t stamp) {
         "a segment boundary in a sentence session: boundaries are for long-form sessions "
         "(SessionConfig.long_form)");
   }
-  if (ended_) return absl::FailedPreconditionError("a segment boundary after the end of the source");
-  const absl::StatusOr<policy::CutReason> cut = segmenter_->Boundary();
+  if (ended_)
+    return absl::FailedPreconditionError("a segment boundary after the end of the source");
+  const absl::StatusOr<std::optional<policy::CutReason>> cut = segmenter_->Boundary();
   if (!cut.ok()) return cut.status();
-  Cut(segments_.back(), *cut, stamp);  // the segmenter saw words since the last cut
+  if (*cut) Cut(segments_.back(), **cut, stamp);  // the segmenter saw words since the last cut
   return absl::OkStatus();
 }
 
@@ -139,8 +140,7 @@ absl::StatusOr<Work> SegmentedSession::Prepare(int64_t max_tokens, kv::BlockAllo
   return work;
 }
 
-StepResult SegmentedSession::Complete(std::optional<int32_t> token,
-                                      kv::BlockAllocator& allocator) {
+StepResult SegmentedSession::Complete(std::optional<int32_t> token, kv::BlockAllocator& allocator) {
   StepResult result = segments_.front().session->Complete(token, allocator);
   // A long-form session is done only when the stream is (Advance decides).
   if (long_form()) result.done = false;

@@ -78,8 +78,9 @@ class SegmentedSession {
   // (or the sentence) over the per-segment limits (StreamSession's). On error the words before
   // the bad one were taken.
   absl::Status AddWords(std::span<const std::string> words, int64_t stamp);
-  // The client's segment boundary after the words so far (long-form only). InvalidArgument
-  // when no word arrived since the last cut, or for a sentence session.
+  // The client's segment boundary after the words so far (long-form only; nothing when a
+  // sentence mark cut there already). InvalidArgument when no word arrived since the last
+  // boundary, or for a sentence session.
   absl::Status Boundary(int64_t stamp);
   // The source is complete (cuts the open segment). Idempotent.
   void EndSource(int64_t stamp);
@@ -120,10 +121,10 @@ class SegmentedSession {
   policy::DoneReason done_reason() const;
 
   // ---- Totals over the stream ----
-  int64_t source_units() const;         // received: words (or tokens) + end segments
-  int64_t source_units_read() const;    // of them, read
+  int64_t source_units() const;       // received: words (or tokens) + end segments
+  int64_t source_units_read() const;  // of them, read
   int64_t segments_finished() const { return finished_; }
-  SessionCounters counters() const;     // summed over segments; kv_blocks_high_water the max
+  SessionCounters counters() const;  // summed over segments; kv_blocks_high_water the max
 
  private:
   struct Segment {
@@ -155,8 +156,8 @@ class SegmentedSession {
   int64_t next_index_ = 0;        // index the next new segment gets
   int64_t words_ = 0;             // words received
   bool ended_ = false;
-  std::vector<int32_t> pins_;     // the prompt prefix's full blocks this session keeps
-  int64_t finished_ = 0;          // segments retired
+  std::vector<int32_t> pins_;  // the prompt prefix's full blocks this session keeps
+  int64_t finished_ = 0;       // segments retired
   SessionCounters finished_counters_;
   int64_t finished_units_ = 0;
   int64_t finished_read_ = 0;

@@ -213,7 +213,7 @@ class StreamSession {
   // ---- State ----
   std::vector<uint64_t> prefix_hashes_;  // chained hash of each full block of segment 0
   std::vector<std::vector<int64_t>> prefix_block_tokens_;
-  int prefix_block_size_ = 0;  // the block size prefix_hashes_ were computed for
+  int prefix_block_size_ = 0;                   // the block size prefix_hashes_ were computed for
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
   int64_t words_ = 0;                           // words added
   int64_t source_length_ = 0;  // tokens of the source segments so far, the end segment

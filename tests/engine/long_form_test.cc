@@ -83,19 +83,20 @@ session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
 // client ends with a boundary, and long ones that max_segment_words (9) cuts.
 struct Stream {
   std::vector<std::string> words;
-  std::vector<bool> boundary_after;               // per word: the client sends a boundary
+  std::vector<bool> boundary_after;                // per word: the client sends a boundary
   std::vector<std::vector<std::string>> segments;  // what each segment must hold
   std::vector<policy::CutReason> cuts;
 };
 
 Stream MakeStream(int n, uint64_t seed) {
-  static const std::vector<std::string> vocabulary = {"the", "cat", "sat",  "on",     "a",
-                                                      "mat", "and", "dog",  "quickly", "ran"};
+  static const std::vector<std::string> vocabulary = {"the", "cat", "sat", "on",      "a",
+                                                      "mat", "and", "dog", "quickly", "ran"};
   std::mt19937 rng(seed);
   Stream s;
   for (int i = 0; i < n; ++i) {
     const int kind = static_cast<int>(rng() % 4);  // 0, 1: mark; 2: boundary; 3: long
-    const int length = kind == 3 ? 10 + static_cast<int>(rng() % 8) : 1 + static_cast<int>(rng() % 7);
+    const int length =
+        kind == 3 ? 10 + static_cast<int>(rng() % 8) : 1 + static_cast<int>(rng() % 7);
     std::vector<std::string> sentence;
     for (int w = 0; w < length; ++w) sentence.push_back(vocabulary[rng() % vocabulary.size()]);
     if (kind <= 1) sentence.back() += i % 2 ? "." : "?\"";
@@ -293,11 +294,10 @@ TEST(LongFormTest, UnreadUnitsOfASegmentAreCounted) {
   EXPECT_GT(r.units_unread, 0);  // two tokens at wait-1 read at most a few of its 9 units
   EXPECT_EQ(r.output, alone.output);
   EXPECT_EQ(segments[1].segment_record.output, Alone(*m, config, second).output);
-  EXPECT_EQ(done.source_units_unread,
-            r.units_unread + segments[1].segment_record.units_unread);
+  EXPECT_EQ(done.source_units_unread, r.units_unread + segments[1].segment_record.units_unread);
 }
 
-// Bad input: a boundary with no words since the last cut, a segment over the per-segment
+// Bad input: a boundary with no words since the last boundary, a segment over the per-segment
 // limit, long-form with the batch paradigm, context_segments; other sessions go on.
 TEST(LongFormTest, BadInputEndsTheSessionPreciselyAndOthersGoOn) {
   auto m = testing::TinyChatModel(14);
@@ -307,16 +307,21 @@ TEST(LongFormTest, BadInputEndsTheSessionPreciselyAndOthersGoOn) {
   ASSERT_TRUE(good_handle.ok());
   (*good_handle)->Push({"the", "cat", "sat."});
 
-  {  // a boundary right after a cut
+  {  // a boundary right after a mark's cut does nothing; right after a boundary it is an error
     Collector c;
     auto h = engine->Open(Config(2, true), c.Callback());
     ASSERT_TRUE(h.ok());
     (*h)->Push({"a", "dog."});
     (*h)->Boundary();
+    (*h)->Push({"a", "cat"});
+    (*h)->Boundary();
+    (*h)->Boundary();
     const SessionEvent e = c.Wait();
     ASSERT_EQ(e.kind, SessionEvent::Kind::kError);
     EXPECT_EQ(e.status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(e.status.message().find("boundary"), std::string::npos) << e.status;
+    EXPECT_NE(e.status.message().find("since the last boundary"), std::string::npos) << e.status;
+    EXPECT_NE(e.status.message().find("source units received were not read"), std::string::npos)
+        << e.status;
   }
   {  // a boundary in a sentence session
     Collector c;

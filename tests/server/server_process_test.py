@@ -11,6 +11,7 @@ usage: server_process_test.py --gpeserve BIN --client BIN --gpe BIN --tokenizer 
                               --proto DIR --work DIR
 """
 import argparse
+import json
 import os
 import re
 import signal
@@ -174,6 +175,28 @@ def main():
     check("/metrics counts the refused call", m is not None and int(m.group(1)) == 1,
           m and m.group(0))
 
+    # A long-form session (issue 20) through gpe-client: a talk of three lines, one of them
+    # without a full stop (a boundary after each line cuts it), each segment translated as the
+    # sentence alone is; the segments show in /metrics.
+    talk = os.path.join(a.work, "talk.txt")
+    with open(talk, "w", encoding="utf-8") as f:
+        f.write("The young woman reads a new book because the small dog sees the cat.\n"
+                "The dog sees the small cat\nThe teacher calls the mother.\n")
+    r = client("stream", "--server", server.address, "--long_form", "--file", talk,
+               "--words_per_second", "100", "--wait_k", "3", "--json")
+    summary = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    check("gpe-client stream --long_form translates each segment as its sentence alone",
+          r.returncode == 0 and
+          "boundary] Der Hund sieht die kleine Katze.  (LAAL" in r.stdout and
+          "sentence_mark] Die junge Frau liest ein neues Buch, weil der kleine Hund die Katze "
+          "sieht.  (LAAL" in r.stdout and summary.get("segments") == 3 and
+          summary.get("kv_blocks_high_water", 0) > 0 and
+          summary.get("finish_reason") == "end_of_source", r)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read()
+    check("/metrics counts the long-form segments",
+          re.search(r'gpeserve:segments_total\{adapter="base",model="[^"]*"\} 3', metrics.decode())
+          is not None, metrics)
+
     # Drain: a slow session (its reference computed unpaced first) runs while SIGTERM arrives.
     long_words = (words * 3)[:30]
     long_ids, long_done = session(stub, long_words, wait_k=2, max_new_tokens=300)
@@ -252,7 +275,6 @@ def main():
     sentences = ["the dog sees the cat", "hello", "a big red house in the garden today",
                  "we will talk about how machines listen", "good morning ladies and gentlemen",
                  "one two three four five six seven"]
-    import json
     with open(data, "w") as f:
         json.dump([{"en": s_, "de": "x"} for s_ in sentences], f)
     served = Server(a.gpeserve, "--model", model_dir, "--drain_seconds", "1")

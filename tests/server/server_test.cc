@@ -100,6 +100,119 @@ TEST_F(ServerTest, TextChunksKeepCutWordsAndCharactersWhole) {
   EXPECT_TRUE(AllBlocksFree());
 }
 
+// A long-form session over the API: segments cut by a sentence mark, by a client boundary (on
+// a text chunk whose last word is cut: the boundary ends it), by max_segment_words, and by the
+// end; each SegmentDone equals a separate session with its words; the deltas carry their
+// segment; the metrics count the segments; bad long-form input is refused precisely.
+TEST_F(ServerTest, LongFormSessionsOverTheApi) {
+  Start();
+  v1::SessionConfig config;
+  config.set_wait_k(2);
+  config.mutable_long_form()->set_enabled(true);
+  config.mutable_long_form()->set_max_segment_words(4);
+  v1::StreamRequest boundary = TextRequest("hou");
+  boundary.mutable_chunk()->set_boundary(true);
+  const std::vector<v1::StreamRequest> requests = {
+      ConfigRequest(config),
+      WordsRequest({"the", "dog", "sees."}),
+      TextRequest("a big "),
+      boundary,
+      WordsRequest({"the", "cat", "runs", "to", "school"}),
+      EndRequest()};
+  const std::vector<std::vector<std::string>> segments = {
+      {"the", "dog", "sees."}, {"a", "big", "hou"}, {"the", "cat", "runs", "to"}, {"school"}};
+  const std::vector<std::string> cuts = {"sentence_mark", "boundary", "max_words", "end_of_source"};
+  std::vector<v1::StreamResponse> responses;
+  const grpc::Status status = Exchange(*stub_, requests, &responses);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(responses.back().has_done());
+  const v1::SessionDone& done = responses.back().done();
+  EXPECT_EQ(done.finish_reason(), "end_of_source");
+  EXPECT_EQ(done.segments(), 4);
+  EXPECT_EQ(done.source_units(), 11 + 4);
+  EXPECT_GT(done.counters().kv_blocks_high_water(), 0);
+  std::vector<v1::SegmentDone> finished;
+  std::vector<std::vector<int32_t>> streamed(segments.size());
+  for (const v1::StreamResponse& r : responses) {
+    if (r.has_segment()) finished.push_back(r.segment());
+    if (r.has_delta()) {
+      ASSERT_EQ(r.delta().segment(), static_cast<int64_t>(finished.size()));
+      streamed[r.delta().segment()].insert(streamed[r.delta().segment()].end(),
+                                           r.delta().ids().begin(), r.delta().ids().end());
+    }
+  }
+  ASSERT_EQ(finished.size(), segments.size());
+  int64_t first_word = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    v1::SessionConfig sentence = config;
+    sentence.clear_long_form();
+    const session::SessionResult alone = Alone(sentence, segments[k]);
+    const v1::SegmentDone& s = finished[k];
+    EXPECT_EQ(s.index(), static_cast<int64_t>(k));
+    EXPECT_EQ(std::vector<int32_t>(s.ids().begin(), s.ids().end()), alone.output) << k;
+    EXPECT_EQ(std::vector<int64_t>(s.delays().begin(), s.delays().end()), alone.delays) << k;
+    EXPECT_EQ(s.text(), alone.text);
+    EXPECT_EQ(streamed[k], alone.output);
+    EXPECT_EQ(s.cut(), cuts[k]);
+    EXPECT_EQ(s.first_word(), first_word);
+    EXPECT_EQ(s.words(), static_cast<int64_t>(segments[k].size()));
+    EXPECT_EQ(s.lags_ms_size(), s.delays_size());
+    first_word += s.words();
+  }
+  EXPECT_NE(metrics_->Render().find("gpeserve:segments_total{adapter=\"base\",model=\"tiny\"} 4"),
+            std::string::npos)
+      << metrics_->Render();
+
+  // Refusals, each precise.
+  v1::SessionConfig sentence;
+  v1::StreamRequest bare_boundary = WordsRequest({});
+  bare_boundary.mutable_chunk()->set_boundary(true);
+  v1::StreamRequest word_boundary = WordsRequest({"the"});
+  word_boundary.mutable_chunk()->set_boundary(true);
+  v1::SessionConfig bad_marks = config;
+  bad_marks.mutable_long_form()->add_sentence_marks("\xff");
+  v1::SessionConfig spaced_mark = config;
+  spaced_mark.mutable_long_form()->add_sentence_marks("a b");
+  v1::SessionConfig too_many = config;
+  too_many.mutable_long_form()->set_max_segment_words(5000);
+  v1::SessionConfig context = config;
+  context.mutable_long_form()->set_context_segments(1);
+  v1::SessionConfig disabled;
+  disabled.mutable_long_form()->set_max_segment_words(10);
+  const std::vector<std::tuple<std::vector<v1::StreamRequest>, grpc::StatusCode, std::string>>
+      cases = {
+          {{ConfigRequest(sentence), word_boundary},
+           grpc::StatusCode::INVALID_ARGUMENT,
+           "sentence session"},
+          {{ConfigRequest(config), WordsRequest({"a", "dog."}), word_boundary, bare_boundary},
+           grpc::StatusCode::INVALID_ARGUMENT,
+           "no words since the last boundary"},
+          {{ConfigRequest(bad_marks)}, grpc::StatusCode::INVALID_ARGUMENT, "not valid UTF-8"},
+          {{ConfigRequest(spaced_mark)}, grpc::StatusCode::INVALID_ARGUMENT, "sentence_marks"},
+          {{ConfigRequest(too_many)}, grpc::StatusCode::INVALID_ARGUMENT, "max_segment_words"},
+          {{ConfigRequest(context)}, grpc::StatusCode::UNIMPLEMENTED, "context_segments"},
+          {{ConfigRequest(disabled)}, grpc::StatusCode::INVALID_ARGUMENT, "enabled"},
+      };
+  for (const auto& [reqs, code, message] : cases) {
+    const grpc::Status s = Exchange(*stub_, reqs);
+    EXPECT_EQ(s.error_code(), code) << message << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(message), std::string::npos) << s.error_message();
+  }
+  // Generate is batch mode: no long-form.
+  grpc::ClientContext context_generate;
+  v1::GenerateRequest generate;
+  *generate.mutable_config() = config;
+  generate.set_text("the dog sees.");
+  auto reader = stub_->Generate(&context_generate, generate);
+  v1::StreamResponse ignored;
+  while (reader->Read(&ignored)) {
+  }
+  const grpc::Status g = reader->Finish();
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.error_message().find("Generate"), std::string::npos) << g.error_message();
+  EXPECT_TRUE(AllBlocksFree());
+}
+
 // Generate is batch mode: the same as an offline batch session.
 TEST_F(ServerTest, GenerateEqualsOfflineBatch) {
   Start();

@@ -73,11 +73,44 @@ def main():
     bleu, _, out = evaluate(a.gpe, data, "--mode", "batch")
     print(f"batch: BLEU {bleu}")
     check(f"batch BLEU >= {BATCH_TARGET}", bleu is not None and bleu >= BATCH_TARGET, out)
-    bleu, al, out = evaluate(a.gpe, data, "--wait_k", "3")
+    sentences = os.path.join(a.work, "sentences.jsonl")
+    bleu, al, out = evaluate(a.gpe, data, "--wait_k", "3", "--out", sentences)
     print(f"gpe wait-3: BLEU {bleu} AL {al}")
     check(f"GPE wait-3 BLEU >= {WAIT3_TARGET}", bleu is not None and bleu >= WAIT3_TARGET, out)
     check("GPE wait-3 AL within [2, 4] source units", al is not None and 2 <= al <= 4, out)
     auto_bleu = bleu
+
+    # Long-form (issue 20): the 200 sentences streamed as one session, a boundary after each,
+    # give per segment exactly the tokens and delays of the 200 separate sessions above.
+    long_form = os.path.join(a.work, "long_form.jsonl")
+    lf_bleu, lf_al, out = evaluate(a.gpe, data, "--wait_k", "3", "--long_form", "--concurrency",
+                                   "1", "--out", long_form)
+    print(f"gpe wait-3 long-form, one session: BLEU {lf_bleu} StreamLAAL's AL {lf_al}")
+    with open(sentences, encoding="utf-8") as f:
+        alone = [json.loads(line) for line in f]
+    segments = []
+    if os.path.exists(long_form):
+        with open(long_form, encoding="utf-8") as f:
+            segments = [json.loads(line) for line in f]
+    same = [i for i, (x, y) in enumerate(zip(alone, segments))
+            if x["output_ids"] == y["output_ids"] and x["delays"] == y["delays"]]
+    check("one long-form session over the 200 sentences: each segment equals its separate "
+          "session (tokens and delays)", len(segments) == 200 and len(same) == 200,
+          f"{len(same)} of {len(segments)} equal; {out}")
+    check("long-form BLEU and AL equal the separate sessions'", lf_bleu == bleu and lf_al == al,
+          out)
+
+    # Its KV high-water mark does not grow with the stream: 200 vs 2,000 sentences (eight
+    # streams each, so the 2,000 take a minute).
+    def high_water(*flags):
+        _, _, text = evaluate(a.gpe, data, "--wait_k", "3", "--long_form", *flags)
+        m = re.search(r"KV high-water (\d+) blocks", text or "")
+        return (int(m.group(1)) if m else None), text
+    hw200, out200 = high_water()
+    hw2000, out2000 = high_water("--repeat", "10")
+    print(f"long-form KV high-water: 200 sentences {hw200} blocks, 2000 sentences {hw2000}")
+    check("long-form KV high-water over 200 and 2000 sentences is the same",
+          hw200 is not None and hw200 == hw2000, out200 + "\n" + str(out2000))
 
     fp32, _, out = evaluate(a.gpe, data, "--wait_k", "3", "--dtype", "fp32")
     print(f"gpe wait-3 fp32: BLEU {fp32}")

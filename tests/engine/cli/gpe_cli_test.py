@@ -178,6 +178,23 @@ def main():
             check(f"eval {paradigm}: concurrent sessions == one at a time",
                   len(outputs["1"]) == 9 and
                   [o[:2] for o in outputs["4"]] == [o[:2] for o in outputs["1"]], outputs)
+            # Long-form: the nine items as one stream (and as three), a boundary after each,
+            # give the same outputs and delays; the KV high-water mark is printed.
+            for streams in ("1", "3"):
+                results = os.path.join(tmp, f"long-{paradigm}-{streams}.jsonl")
+                rc, out, err = run([gpe, "eval", "--model", model_dir, "--data", many,
+                                    "--paradigm", paradigm, "--wait_k", "2",
+                                    "--max_new_tokens", "12", "--threads", "1", "--long_form",
+                                    "--concurrency", streams, "--kv_blocks", "25",
+                                    "--block_size", "4", "--out", results])
+                check(f"eval {paradigm} --long_form ({streams} streams) exits 0", rc == 0, err)
+                check(f"eval {paradigm} --long_form prints segments and the KV high-water",
+                      f"long-form: 9 segments in {streams} streams" in out and
+                      re.search(r"KV high-water \d+ blocks", out) is not None, out)
+                long_outputs = [(l["output_ids"], l["delays"])
+                                for l in map(json.loads, open(results))] if rc == 0 else []
+                check(f"eval {paradigm} --long_form ({streams} streams): segments == sessions",
+                      long_outputs == [o[:2] for o in outputs["1"]], long_outputs)
         # gpe make-corpus + gpe train (batch mode): the loss falls and the output folder loads.
         corpus = os.path.join(tmp, "corpus.json")
         rc, _, err = run([gpe, "make-corpus", "--seed", "5", "--count", "24", "--out", corpus])
@@ -239,11 +256,18 @@ def main():
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--paradigm",
                           "sideways"])
         check("unknown paradigm exits 2", rc == 2 and "--paradigm takes gpe" in err, err)
+        rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--long_form",
+                          "--mode", "batch"])
+        check("long-form batch refused", rc == 2 and "--long_form streams" in err, err)
+        rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--long_form",
+                          "--sentence_marks", " "])
+        check("empty sentence marks refused", rc == 2 and "--sentence_marks" in err, err)
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 
     for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "make-corpus",
-                    "logits", "bench-forward", "bench-stream", "bench", "score", "eval", "train"):
+                    "logits", "bench-forward", "bench-stream", "bench-long", "bench", "score",
+                    "eval", "train"):
         rc, out, _ = run([gpe, command, "--help"])
         check(f"{command} --help", rc == 0 and "usage: gpe " + command in out, out)
     rc, out, _ = run([gpe, "--help"])

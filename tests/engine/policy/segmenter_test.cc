@@ -17,7 +17,7 @@ std::vector<std::string> Cuts(Segmenter& s, const std::vector<std::string>& word
   for (const std::string& w : words) {
     if (w == "|") {
       auto cut = s.Boundary();
-      cuts.push_back(cut.ok() ? CutReasonName(*cut) : "error");
+      cuts.push_back(!cut.ok() ? "error" : *cut ? CutReasonName(**cut) : "none");
       continue;
     }
     const std::optional<CutReason> cut = s.AddWord(w);
@@ -53,15 +53,19 @@ TEST(SegmenterTest, ConfiguredMarksAndForcedCuts) {
 TEST(SegmenterTest, ClientBoundariesAndTheirErrors) {
   auto s = Segmenter::Create({});
   ASSERT_TRUE(s.ok());
-  // A boundary before any word, or right after a cut, is an error that changes nothing.
+  // A boundary before any word, or right after another boundary, is an error that changes
+  // nothing; one right after a sentence mark's cut does nothing (the segment ended there).
   auto first = s->Boundary();
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(first.status().message().find("start of the source"), std::string::npos);
-  EXPECT_EQ(
-      Cuts(*s, {"one", "two", "|", "three.", "|", "four", "|"}),
-      (std::vector<std::string>{"", "", "boundary", "sentence_mark", "error", "", "boundary"}));
-  EXPECT_EQ(s->segments(), 3);
+  EXPECT_EQ(Cuts(*s, {"one", "two", "|", "|", "three.", "|", "four", "|", "five.", "six", "|"}),
+            (std::vector<std::string>{"", "", "boundary", "error", "sentence_mark", "none", "",
+                                      "boundary", "sentence_mark", "", "boundary"}));
+  EXPECT_EQ(s->segments(), 5);
+  auto again = s->Boundary();
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("last boundary"), std::string::npos);
 
   for (SegmenterConfig bad :
        {SegmenterConfig{.max_segment_words = 0}, SegmenterConfig{.sentence_marks = {""}},
