@@ -202,6 +202,7 @@ int StreamLongForm(v1::Gpeserve::Stub& stub, const ConnectOptions& connect,
     lf.add_sentence_marks(mark);
   }
   lf.set_max_segment_words(static_cast<uint32_t>(long_form.options.segmenter.max_segment_words));
+  lf.set_context_segments(static_cast<uint32_t>(long_form.options.context_segments));
   std::vector<std::string> words;
   LongFormStream stream;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {

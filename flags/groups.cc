@@ -155,6 +155,9 @@ void AddLongFormFlags(FlagSet& flags, LongFormFlags* long_form) {
                   });
   flags.Add("max_segment_words", "N", "long-form: a segment is cut after this many words",
             &long_form->options.segmenter.max_segment_words, {.min = 1});
+  flags.Add("context_segments", "N",
+            "long-form: earlier segments each segment reads as context (0: each alone)",
+            &long_form->options.context_segments, {.min = 0, .max = 8});
   flags.AddChoice("cut",
                   "long-form: a boundary after each item of the data (segments align with the "
                   "references), or sentence marks and max_segment_words alone",

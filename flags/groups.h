@@ -82,7 +82,7 @@ struct LongFormFlags {
   // item (kBoundary), or the stream is cut by sentence marks and max_segment_words alone.
   bool cut_by_marks = false;
 };
-// --long_form, --sentence_marks, --max_segment_words, --cut (boundary|marks).
+// --long_form, --sentence_marks, --max_segment_words, --context_segments, --cut (boundary|marks).
 void AddLongFormFlags(FlagSet& flags, LongFormFlags* long_form);
 
 // --temperature, --top_k, --top_p, --seed (bounds only; the engine validates the whole at Open).

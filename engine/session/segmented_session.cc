@@ -31,15 +31,59 @@ absl::StatusOr<std::unique_ptr<SegmentedSession>> SegmentedSession::Create(
         "a long-form session streams: the batch paradigm waits for the whole source, which a "
         "long-form stream never has; use gpe (or reencode, interleaved) for long-form");
   }
-  if (long_form.context_segments != 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("context_segments is ", long_form.context_segments,
-                     "; only 0 is implemented so far (each segment is translated on its own)"));
+  if (long_form.context_segments < 0 || long_form.context_segments > 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context_segments is ", long_form.context_segments, "; it must be between 0 and 8"));
   }
   auto segmenter = policy::Segmenter::Create(long_form.segmenter);
   if (!segmenter.ok()) return segmenter.status();
   s->segmenter_ = *std::move(segmenter);
   return s;
+}
+
+absl::StatusOr<std::vector<int32_t>> ContextTokens(const tokenizer::Tokenizer& tokenizer,
+                                                   const policy::Profile& profile,
+                                                   std::span<const ContextPair> pairs) {
+  std::vector<int32_t> tokens;
+  auto append = [&](const std::string& text) -> absl::Status {
+    auto ids = tokenizer.Encode(text, {.add_special_tokens = false});
+    if (!ids.ok()) return ids.status();
+    tokens.insert(tokens.end(), ids->begin(), ids->end());
+    return absl::OkStatus();
+  };
+  for (const ContextPair& pair : pairs) {
+    for (size_t i = 0; i < pair.words.size(); ++i) {
+      const std::string& w = pair.words[i];
+      if (absl::Status s = append(i > 0 && profile.add_space ? " " + w : w); !s.ok()) return s;
+    }
+    if (absl::Status s = append(profile.end); !s.ok()) return s;
+    if (absl::Status s = append(profile.assistant); !s.ok()) return s;
+    tokens.insert(tokens.end(), pair.output.begin(), pair.output.end());
+    if (absl::Status s = append(profile.end); !s.ok()) return s;
+    if (absl::Status s = append(profile.user); !s.ok()) return s;
+  }
+  return tokens;
+}
+
+void SegmentedSession::SetFrontContext() {
+  if (context_.empty() || segments_.empty()) return;
+  StreamSession& front = *segments_.front().session;
+  // The context takes at most half of what the limits leave after the prompt, so that the
+  // segment's own words keep the other half.
+  int64_t budget = -1;
+  for (int64_t limit : {options_.max_source_tokens, options_.max_positions}) {
+    if (limit <= 0) continue;
+    const int64_t prompt = static_cast<int64_t>(front.segments()[0].size());
+    const int64_t half = std::max<int64_t>(0, (limit - prompt) / 2);
+    budget = budget < 0 ? half : std::min(budget, half);
+  }
+  // The most recent pairs that fit.
+  for (size_t skip = 0; skip < context_.size(); ++skip) {
+    const std::vector<ContextPair> pairs(context_.begin() + skip, context_.end());
+    auto tokens = ContextTokens(*tokenizer_, options_.profile, pairs);
+    if (!tokens.ok() || (budget >= 0 && static_cast<int64_t>(tokens->size()) > budget)) continue;
+    if (front.SetContext(*tokens).ok()) return;
+  }
 }
 
 absl::StatusOr<SegmentedSession::Segment*> SegmentedSession::OpenSegment() {
@@ -51,6 +95,7 @@ absl::StatusOr<SegmentedSession::Segment*> SegmentedSession::OpenSegment() {
   segment.first_word = words_;
   segment.session = *std::move(session);
   segments_.push_back(std::move(segment));
+  if (segments_.size() == 1) SetFrontContext();  // it runs next: its context is known
   return &segments_.back();
 }
 
@@ -85,6 +130,7 @@ absl::Status SegmentedSession::AddWords(std::span<const std::string> words, int6
     Stamp(segment, before, stamp);
     ++segment.words;
     ++words_;
+    if (long_form_.context_segments > 0) segment.words_text.push_back(word);
     if (segmenter_) {
       if (const std::optional<policy::CutReason> cut = segmenter_->AddWord(word)) {
         Cut(segment, *cut, stamp);
@@ -216,9 +262,16 @@ std::vector<SegmentRecord> SegmentedSession::Advance(kv::BlockAllocator& allocat
     finished_units_ += s.source_units();
     finished_read_ += s.units_read();
     ++finished_;
+    if (long_form_.context_segments > 0) {
+      context_.push_back({.words = std::move(front.words_text), .output = record.output});
+      while (static_cast<int64_t>(context_.size()) > long_form_.context_segments) {
+        context_.pop_front();
+      }
+    }
     records.push_back(std::move(record));
     segments_.pop_front();
     front_index_ = segments_.empty() ? next_index_ : segments_.front().index;
+    SetFrontContext();
   }
   return records;
 }

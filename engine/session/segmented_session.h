@@ -43,10 +43,26 @@ namespace gpeserve::session {
 struct LongFormOptions {
   bool enabled = false;
   policy::SegmenterConfig segmenter;
-  // Earlier source/target pairs kept as context for the next segment. Only 0 so far (each
-  // segment alone); more is UNIMPLEMENTED.
+  // Earlier source/target pairs each segment reads as context after the prompt prefix
+  // (ContextTokens), recomputed at their new positions; 0: each segment alone. At most 8.
+  // The context takes at most half of what the limits (max_source_tokens, the model's
+  // positions) leave after the prompt: pairs beyond it are dropped, oldest first.
   int64_t context_segments = 0;
 };
+
+// An earlier segment as context: its words and its output tokens.
+struct ContextPair {
+  std::vector<std::string> words;
+  std::vector<int32_t> output;
+};
+
+// The tokens a segment reads after the prompt prefix for `pairs` (oldest first), as a chat
+// transcript goes on: per pair, its words (each tokenized as StreamSession does: after the
+// first, a leading space when the profile says add_space), the profile's end, its header
+// (assistant), the output, the end, and the user turn's start (profile.user).
+absl::StatusOr<std::vector<int32_t>> ContextTokens(const tokenizer::Tokenizer& tokenizer,
+                                                   const policy::Profile& profile,
+                                                   std::span<const ContextPair> pairs);
 
 // A finished segment of a long-form session.
 struct SegmentRecord {
@@ -133,8 +149,9 @@ class SegmentedSession {
     int64_t words = 0;
     std::optional<policy::CutReason> cut;
     std::unique_ptr<StreamSession> session;
-    std::vector<int64_t> stamps;  // per source unit, the end segment's once cut
-    bool released = false;        // its target is done and its blocks were freed
+    std::vector<int64_t> stamps;          // per source unit, the end segment's once cut
+    bool released = false;                // its target is done and its blocks were freed
+    std::vector<std::string> words_text;  // with context_segments > 0: its words
   };
 
   SegmentedSession() = default;
@@ -144,6 +161,8 @@ class SegmentedSession {
   // Stamps for the units `segment`'s session gained since `before`.
   void Stamp(Segment& segment, int64_t before, int64_t stamp);
   void ReleasePins(kv::BlockAllocator& allocator);
+  // The running segment reads the last context_segments finished ones (as many as fit).
+  void SetFrontContext();
   void NoteHighWater();
 
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
@@ -162,6 +181,7 @@ class SegmentedSession {
   int64_t finished_units_ = 0;
   int64_t finished_read_ = 0;
   int64_t high_water_ = 0;
+  std::deque<ContextPair> context_;  // the last context_segments finished segments
 };
 
 }  // namespace gpeserve::session

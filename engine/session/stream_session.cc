@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   const policy::Profile& profile = options.profile;
   auto prefix = tok.Encode(profile.Prefix(), {.add_special_tokens = false});
   if (!prefix.ok()) return prefix.status();
+  s->prefix_size_ = prefix->size();
   s->segments_.push_back(*std::move(prefix));
   auto header = tok.Encode(profile.assistant, {.add_special_tokens = false});
   if (!header.ok()) return header.status();
@@ -126,6 +127,19 @@ void StreamSession::AddUnit(std::vector<int32_t> tokens) {
   policy_->AddSourceUnit();
 }
 
+absl::Status StreamSession::SetContext(std::span<const int32_t> tokens) {
+  const int64_t before = source_length_;
+  const int64_t old_context = static_cast<int64_t>(segments_[0].size() - prefix_size_);
+  source_length_ += static_cast<int64_t>(tokens.size()) - old_context;
+  if (absl::Status limit = CheckSourceLength(); !limit.ok()) {
+    source_length_ = before;
+    return limit;
+  }
+  segments_[0].resize(prefix_size_);
+  segments_[0].insert(segments_[0].end(), tokens.begin(), tokens.end());
+  return absl::OkStatus();
+}
+
 void StreamSession::EndSource() {
   if (ended_) return;
   ended_ = true;
@@ -199,7 +213,7 @@ std::vector<int32_t> StreamSession::PrefixBlocks() const {
 
 void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
   const int bs = allocator.block_size();
-  const std::vector<int32_t>& prefix = segments_[0];
+  const std::span<const int32_t> prefix(segments_[0].data(), prefix_size_);
   if (!options_.share_prefix || source_.num_tokens() != 0 || feed.offset != 0 ||
       feed.tokens.size() < prefix.size() ||
       !std::equal(prefix.begin(), prefix.end(), feed.tokens.begin())) {

@@ -115,6 +115,12 @@ class StreamSession {
   absl::Status AddWords(std::span<const std::string> words);
   // The source is complete: the end segment follows the words so far.
   void EndSource();
+  // Context read with the prompt prefix, after it (a long-form session's earlier segments,
+  // ContextTokens; docs/GPE.md 9): source segment 0 becomes the prefix and `tokens`, at the
+  // positions after the prefix (only the prefix's own blocks are shared with other sessions).
+  // InvalidArgument when the source would outgrow the limits with it (the session is then
+  // unchanged). REQUIRES: nothing prepared yet.
+  absl::Status SetContext(std::span<const int32_t> tokens);
 
   // ---- Work ----
   enum class State {
@@ -213,7 +219,8 @@ class StreamSession {
   // ---- State ----
   std::vector<uint64_t> prefix_hashes_;  // chained hash of each full block of segment 0
   std::vector<std::vector<int64_t>> prefix_block_tokens_;
-  int prefix_block_size_ = 0;                   // the block size prefix_hashes_ were computed for
+  size_t prefix_size_ = 0;     // tokens of the prompt prefix in segment 0 (the rest: context)
+  int prefix_block_size_ = 0;  // the block size prefix_hashes_ were computed for
   std::vector<std::vector<int32_t>> segments_;  // source: prefix, units..., end
   int64_t words_ = 0;                           // words added
   int64_t source_length_ = 0;  // tokens of the source segments so far, the end segment

@@ -185,11 +185,16 @@ def main():
     r = client("stream", "--server", server.address, "--long_form", "--file", talk,
                "--words_per_second", "100", "--wait_k", "3", "--json")
     summary = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    alone = client("stream", "--server", server.address, "--text", "The dog sees the small cat",
+                   "--words_per_second", "0", "--wait_k", "3")
+    alone_text = re.search(r"^text: (.*)$", alone.stdout, re.M)
     check("gpe-client stream --long_form translates each segment as its sentence alone",
-          r.returncode == 0 and
-          "boundary] Der Hund sieht die kleine Katze.  (LAAL" in r.stdout and
+          r.returncode == 0 and alone_text is not None and
+          f"boundary] {alone_text.group(1)}  (LAAL" in r.stdout and
           "sentence_mark] Die junge Frau liest ein neues Buch, weil der kleine Hund die Katze "
-          "sieht.  (LAAL" in r.stdout and summary.get("segments") == 3 and
+          "sieht.  (LAAL" in r.stdout and
+          "sentence_mark] Der Lehrer ruft die Mutter an.  (LAAL" in r.stdout and
+          summary.get("segments") == 3 and
           summary.get("kv_blocks_high_water", 0) > 0 and
           summary.get("finish_reason") == "end_of_source", r)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read()

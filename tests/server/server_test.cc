@@ -176,7 +176,7 @@ TEST_F(ServerTest, LongFormSessionsOverTheApi) {
   v1::SessionConfig too_many = config;
   too_many.mutable_long_form()->set_max_segment_words(5000);
   v1::SessionConfig context = config;
-  context.mutable_long_form()->set_context_segments(1);
+  context.mutable_long_form()->set_context_segments(9);
   v1::SessionConfig disabled;
   disabled.mutable_long_form()->set_max_segment_words(10);
   const std::vector<std::tuple<std::vector<v1::StreamRequest>, grpc::StatusCode, std::string>>
@@ -190,7 +190,7 @@ TEST_F(ServerTest, LongFormSessionsOverTheApi) {
           {{ConfigRequest(bad_marks)}, grpc::StatusCode::INVALID_ARGUMENT, "not valid UTF-8"},
           {{ConfigRequest(spaced_mark)}, grpc::StatusCode::INVALID_ARGUMENT, "sentence_marks"},
           {{ConfigRequest(too_many)}, grpc::StatusCode::INVALID_ARGUMENT, "max_segment_words"},
-          {{ConfigRequest(context)}, grpc::StatusCode::UNIMPLEMENTED, "context_segments"},
+          {{ConfigRequest(context)}, grpc::StatusCode::INVALID_ARGUMENT, "context_segments"},
           {{ConfigRequest(disabled)}, grpc::StatusCode::INVALID_ARGUMENT, "enabled"},
       };
   for (const auto& [reqs, code, message] : cases) {
