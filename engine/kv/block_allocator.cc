@@ -60,6 +60,17 @@ std::optional<int32_t> BlockAllocator::LookupPrefix(uint64_t hash,
   return it->second.block;
 }
 
+std::optional<int32_t> BlockAllocator::RetainPrefix(uint64_t hash,
+                                                    std::span<const int64_t> tokens) {
+  const auto it = prefix_.find(hash);
+  if (it == prefix_.end() || !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin(),
+                                         it->second.tokens.end())) {
+    return std::nullopt;
+  }
+  AddRef(it->second.block);
+  return it->second.block;
+}
+
 void BlockAllocator::RegisterPrefix(uint64_t hash, std::span<const int64_t> tokens, int32_t block) {
   if (prefix_.contains(hash) || prefix_of_block_.contains(block)) return;
   prefix_[hash] = PrefixEntry{block, std::vector<int64_t>(tokens.begin(), tokens.end())};

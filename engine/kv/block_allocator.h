@@ -51,6 +51,9 @@ class BlockAllocator {
   // The block registered under `hash` holding exactly `tokens`, with one more reference for
   // the caller; nullopt if none.
   std::optional<int32_t> LookupPrefix(uint64_t hash, std::span<const int64_t> tokens);
+  // LookupPrefix for a holder that keeps the block (a long-form session between segments), not
+  // counted as a query of the cache.
+  std::optional<int32_t> RetainPrefix(uint64_t hash, std::span<const int64_t> tokens);
   // Makes a full, never-again-written block findable by LookupPrefix.
   void RegisterPrefix(uint64_t hash, std::span<const int64_t> tokens, int32_t block);
 

@@ -232,10 +232,11 @@ std::vector<SegmentRecord> SegmentedSession::Advance(kv::BlockAllocator& allocat
     Segment& front = segments_.front();
     if (!front.released) {
       // The target is done: nothing more runs on this segment's blocks. Keep the prompt
-      // prefix for the next segment, free the rest now (it may wait for its cut a long time).
+      // prefix for the next segment (the cache's copy, which the next segment will share,
+      // not necessarily the one this segment computed), free the rest now (it may wait for
+      // its cut a long time).
       if (pins_.empty() && options_.share_prefix) {
-        pins_ = front.session->PrefixBlocks();
-        for (int32_t block : pins_) allocator.AddRef(block);
+        pins_ = front.session->RetainPrefixBlocks(allocator);
       }
       front.session->Release(allocator);
       front.released = true;

@@ -211,6 +211,18 @@ std::vector<int32_t> StreamSession::PrefixBlocks() const {
   return blocks;
 }
 
+std::vector<int32_t> StreamSession::RetainPrefixBlocks(kv::BlockAllocator& allocator) const {
+  std::vector<int32_t> blocks;
+  if (!options_.share_prefix) return blocks;
+  for (size_t b = 0; b < prefix_hashes_.size(); ++b) {
+    const std::optional<int32_t> block =
+        allocator.RetainPrefix(prefix_hashes_[b], prefix_block_tokens_[b]);
+    if (!block) break;
+    blocks.push_back(*block);
+  }
+  return blocks;
+}
+
 void StreamSession::SharePrefix(Feed& feed, kv::BlockAllocator& allocator) {
   const int bs = allocator.block_size();
   const std::span<const int32_t> prefix(segments_[0].data(), prefix_size_);

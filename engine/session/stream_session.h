@@ -154,6 +154,10 @@ class StreamSession {
   // The full blocks of the prompt prefix it holds that are in the shared prefix cache (none
   // without share_prefix, or before its prefix was read).
   std::vector<int32_t> PrefixBlocks() const;
+  // One more reference to each full block of its prompt prefix as the prefix cache holds it
+  // (the blocks other sessions will share, which may be another session's copy), for a holder
+  // that keeps them; as many as the cache has, in order.
+  std::vector<int32_t> RetainPrefixBlocks(kv::BlockAllocator& allocator) const;
 
   // ---- Results ----
   const std::vector<int32_t>& output() const { return policy_->output(); }

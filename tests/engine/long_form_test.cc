@@ -211,6 +211,18 @@ TEST(LongFormTest, SegmentsEqualSeparateSessions) {
       }
       EXPECT_EQ(done.source_units, units);
       EXPECT_EQ(done.source_units_unread, unread);
+      // Between segments the session keeps only the prompt prefix, and that is the cache's
+      // copy, which every segment shares (three streams opened at once each computed one):
+      // it never held more than its largest segment's own blocks.
+      const int64_t header = static_cast<int64_t>(
+          m->tokenizer()->Encode(configs[i].options.profile.assistant, {})->size());
+      int64_t bound = 0;
+      for (const SessionEvent& e : segments) {
+        const session::SegmentRecord& r = e.segment_record;
+        const int64_t target = header + static_cast<int64_t>(r.output.size()) + 1;
+        bound = std::max(bound, (r.counters.source_tokens + 3) / 4 + (target + 3) / 4);
+      }
+      EXPECT_LE(done.counters.kv_blocks_high_water, bound);
       // The deltas carry their segment, in order, and add up to each segment's output.
       std::vector<std::vector<int32_t>> streamed(segments.size());
       int64_t last = 0;
@@ -359,6 +371,56 @@ TEST(LongFormTest, ContextSegmentsEqualSessionsWithThatContext) {
   }
   const EngineStats stats = engine->stats();
   EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+}
+
+// Between segments a session keeps the prompt prefix as the prefix cache holds it. Two sessions
+// that computed the prefix at the same time each hold their own copy during their first
+// segment; afterwards the second keeps the cache's (the first's) copy, which its next segment
+// shares, not its own: it never holds two copies. Driven without a model (bookkeeping only).
+TEST(LongFormTest, BetweenSegmentsASessionKeepsTheCachesPrefixCopy) {
+  auto m = testing::TinyChatModel(16);
+  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 256});
+  const SessionConfig config = Config(1, true);
+  auto make = [&] {
+    auto s = session::SegmentedSession::Create(m->tokenizer(), m->config().eos_token_ids,
+                                               config.options, config.long_form);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *std::move(s);
+  };
+  auto a = make(), b = make();
+  const std::vector<std::string> first = {"hi."}, second = {"yes."};
+  ASSERT_TRUE(a->AddWords(first, 0).ok());
+  ASSERT_TRUE(b->AddWords(first, 0).ok());
+  // Both prepare their prompt prefix in one piece before either completes: both compute it, and
+  // a's copy goes into the cache.
+  ASSERT_TRUE(a->Prepare(1000, allocator).ok());
+  ASSERT_TRUE(b->Prepare(1000, allocator).ok());
+  a->Complete(std::nullopt, allocator);
+  b->Complete(std::nullopt, allocator);
+  const int32_t eos = 257;  // <|im_end|>: every write ends the target at once
+  auto run = [&](session::SegmentedSession& s) {
+    while (s.state() == session::SegmentedSession::State::kRunnable &&
+           s.Advance(allocator).empty()) {
+      auto work = s.Prepare(1000, allocator);
+      ASSERT_TRUE(work.ok()) << work.status();
+      s.Complete(work->sample ? std::optional<int32_t>(eos) : std::nullopt, allocator);
+    }
+  };
+  run(*a);
+  run(*b);
+  const int64_t prefix_tokens =
+      static_cast<int64_t>(m->tokenizer()->Encode(config.options.profile.Prefix(), {})->size());
+  ASSERT_GE(prefix_tokens, 8);  // at least two full blocks to keep
+  EXPECT_EQ(b->segments_finished(), 1);
+  EXPECT_EQ(b->blocks_held(), prefix_tokens / 4);  // the full prefix blocks only
+  // The next segment reads its prefix: from the cache, which b already holds.
+  ASSERT_TRUE(b->AddWords(second, 1).ok());
+  ASSERT_TRUE(b->Prepare(1000, allocator).ok());
+  b->Complete(std::nullopt, allocator);
+  EXPECT_EQ(b->blocks_held(), (prefix_tokens + 3) / 4);
+  a->Release(allocator);
+  b->Release(allocator);
+  EXPECT_EQ(allocator.free_blocks(), allocator.total_blocks());
 }
 
 // A segment whose target ends before its source was all read says how many units it never

@@ -64,6 +64,15 @@ TEST(BlockAllocatorTest, PrefixBlocksAreFoundByContentUntilFreed) {
   EXPECT_EQ(a.LookupPrefix(h1, first), b1);
   EXPECT_EQ(a.ref_count(b1), 2);
   EXPECT_FALSE(a.LookupPrefix(h1, second).has_value());  // same hash, other tokens: no match
+  // RetainPrefix: the same block and one more reference, not counted as a cache query.
+  const KvStats before = a.stats();
+  const int32_t refs = a.ref_count(b1);
+  EXPECT_EQ(a.RetainPrefix(h1, first), b1);
+  EXPECT_EQ(a.ref_count(b1), refs + 1);
+  EXPECT_FALSE(a.RetainPrefix(h1, second).has_value());
+  EXPECT_EQ(a.stats().prefix_hits, before.prefix_hits);
+  EXPECT_EQ(a.stats().prefix_misses, before.prefix_misses);
+  a.Release(b1);
   const KvStats s = a.stats();
   EXPECT_EQ(s.prefix_hits, 1);
   EXPECT_EQ(s.prefix_misses, 2);
