@@ -10,45 +10,11 @@
 
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
+#include "tests/engine/event_collector.h"
 #include "tests/engine/test_models.h"
 
 namespace gpeserve::engine {
 namespace {
-
-// Collects a session's events; Wait() blocks until its final event.
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](const SessionEvent& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(e);
-      if (e.kind != SessionEvent::Kind::kTokens) {
-        ++finals_;
-        done_.notify_all();
-      }
-      return true;
-    };
-  }
-  SessionEvent Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return finals_ > 0; });
-    return events_.back();
-  }
-  std::vector<SessionEvent> events() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return events_;
-  }
-  int finals() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finals_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<SessionEvent> events_;
-  int finals_ = 0;
-};
 
 SessionConfig Config(int wait_k, session::Paradigm paradigm = session::Paradigm::kGpe) {
   SessionConfig c;

@@ -11,48 +11,11 @@
 #include "engine/engine.h"
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
+#include "tests/engine/event_collector.h"
 #include "tests/engine/test_models.h"
 
 namespace gpeserve::engine {
 namespace {
-
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](const SessionEvent& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(e);
-      if (e.kind == SessionEvent::Kind::kDone || e.kind == SessionEvent::Kind::kError) {
-        ++finals_;
-        done_.notify_all();
-      }
-      return true;
-    };
-  }
-  SessionEvent Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return finals_ > 0; });
-    return events_.back();
-  }
-  std::vector<SessionEvent> Of(SessionEvent::Kind kind) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<SessionEvent> out;
-    for (const SessionEvent& e : events_) {
-      if (e.kind == kind) out.push_back(e);
-    }
-    return out;
-  }
-  std::vector<SessionEvent> events() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return events_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<SessionEvent> events_;
-  int finals_ = 0;
-};
 
 SessionConfig Config(int wait_k, bool long_form, int max_new_tokens = 12) {
   SessionConfig c;
@@ -122,6 +85,17 @@ Stream MakeStream(int n, uint64_t seed) {
     }
   }
   return s;
+}
+
+// `s` `copies` times over, one after another.
+Stream Repeat(const Stream& s, int copies) {
+  Stream out;
+  for (int copy = 0; copy < copies; ++copy) {
+    out.words.insert(out.words.end(), s.words.begin(), s.words.end());
+    out.boundary_after.insert(out.boundary_after.end(), s.boundary_after.begin(),
+                              s.boundary_after.end());
+  }
+  return out;
 }
 
 // Pushes the stream in random chunks, boundaries where due, then ends it.
@@ -250,12 +224,7 @@ TEST(LongFormTest, KvHighWaterDoesNotGrowWithTheStream) {
   auto m = testing::TinyChatModel(12);
   auto engine = MakeEngine(m, 1024);
   const Stream once = MakeStream(10, 3);
-  Stream ten;
-  for (int copy = 0; copy < 10; ++copy) {
-    ten.words.insert(ten.words.end(), once.words.begin(), once.words.end());
-    ten.boundary_after.insert(ten.boundary_after.end(), once.boundary_after.begin(),
-                              once.boundary_after.end());
-  }
+  const Stream ten = Repeat(once, 10);
   auto run = [&](const Stream& s) {
     Collector c;
     auto handle = engine->Open(Config(2, true), c.Callback());
@@ -326,12 +295,7 @@ TEST(LongFormTest, ContextSegmentsEqualSessionsWithThatContext) {
     }
   }
   // Bounded: one stream and ten copies of it hold the same KV at most (context 1).
-  Stream ten;
-  for (int copy = 0; copy < 10; ++copy) {
-    ten.words.insert(ten.words.end(), once.words.begin(), once.words.end());
-    ten.boundary_after.insert(ten.boundary_after.end(), once.boundary_after.begin(),
-                              once.boundary_after.end());
-  }
+  const Stream ten = Repeat(once, 10);
   {
     SessionConfig config = Config(2, true);
     config.long_form.context_segments = 1;
