@@ -271,7 +271,6 @@ std::vector<SegmentRecord> SegmentedSession::Advance(kv::BlockAllocator& allocat
     }
     records.push_back(std::move(record));
     segments_.pop_front();
-    front_index_ = segments_.empty() ? next_index_ : segments_.front().index;
     SetFrontContext();
   }
   return records;

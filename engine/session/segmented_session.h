@@ -12,10 +12,12 @@
 // are counted as never read (SegmentRecord::units_unread), not lost silently.
 //
 // Memory: a finished segment's blocks are released; the session keeps one reference to the
-// full blocks of the shared prompt prefix (so every segment finds them in the prefix cache
-// instead of recomputing them), and nothing else. The KV a long-form session holds is bounded by
-// the prompt plus one segment, whatever the stream's length. With context_segments = 0 (the only
-// value so far) each segment computes exactly what a separate session with its words would.
+// full blocks of the shared prompt prefix as the prefix cache holds them (so every segment
+// shares them instead of recomputing them), and nothing else. With context_segments = 0 each
+// segment computes exactly what a separate session with its words would, and the KV a session
+// holds is bounded by the prompt plus one segment, whatever the stream's length; with c > 0
+// each segment reads the last c segments' words and outputs again after the prompt
+// (ContextTokens, recomputed at their new positions): the prompt plus c + 1 segments.
 //
 // Stamps: the caller passes an opaque time (e.g. microseconds of a steady clock) with each
 // word, boundary and end; LastDelayStamp gives back the stamp of the source unit whose read
@@ -120,7 +122,7 @@ class SegmentedSession {
 
   // ---- The running segment ----
   // Its index (0 for a sentence session).
-  int64_t segment() const { return front_index_; }
+  int64_t segment() const { return segments_.empty() ? next_index_ : segments_.front().index; }
   // The stamp of the source unit whose read completed the last target word of the running
   // segment (the end segment: the stamp of its cut); nullopt before the first word.
   std::optional<int64_t> LastDelayStamp() const;
@@ -171,7 +173,6 @@ class SegmentedSession {
   LongFormOptions long_form_;
   std::optional<policy::Segmenter> segmenter_;
   std::deque<Segment> segments_;  // unfinished, in order; the front runs
-  int64_t front_index_ = 0;       // index of segments_.front() (or of the next segment)
   int64_t next_index_ = 0;        // index the next new segment gets
   int64_t words_ = 0;             // words received
   bool ended_ = false;
