@@ -10,7 +10,7 @@
 
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
-#include "tests/engine/event_collector.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/engine/test_models.h"
 
 namespace gpeserve::engine {
@@ -33,19 +33,6 @@ std::vector<std::string> Words(std::mt19937& rng) {
     words.push_back(vocabulary[rng() % vocabulary.size()]);
   }
   return words;
-}
-
-// What a session produces alone (offline, greedy): the reference for invariant 2 and 3.
-session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
-                             const std::vector<std::string>& words) {
-  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
-  auto pool = kv::KvPool::Create(
-      {.block_size = 4, .num_blocks = 512},
-      {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim}, m.dtype(), m.device());
-  auto session = session::CreateOfflineSession(m, config.options, words);
-  auto result = session::RunToCompletion(m, **session, *pool, allocator);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return *result;
 }
 
 // Pushes `words` one at a time with random pauses, then ends the source.
@@ -100,7 +87,7 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
       for (int i = 0; i < n; ++i) {
         const SessionEvent done = collectors[i].Wait();
         ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
-        const session::SessionResult alone = Alone(*m, configs[i], sources[i]);
+        const session::SessionResult alone = RunAlone(*m, configs[i].options, sources[i]);
         EXPECT_EQ(done.output, alone.output) << family.arch << " session " << i;
         EXPECT_EQ(done.delays, alone.delays) << family.arch << " session " << i;
         EXPECT_EQ(done.full_text, alone.text);
@@ -319,7 +306,7 @@ TEST(EngineTest, ASessionLargerThanTheCacheEndsAndOthersGoOn) {
   (*second)->EndSource();
   const SessionEvent done = next.Wait();
   ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
-  EXPECT_EQ(done.output, Alone(*m, small, few).output);
+  EXPECT_EQ(done.output, RunAlone(*m, small.options, few).output);
 }
 
 // A session whose first piece is larger than the whole cache can never be admitted (admission

@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "engine/session/runner.h"
 #include "gtest/gtest.h"
-#include "tests/engine/event_collector.h"
+#include "tests/engine/engine_test_util.h"
 #include "tests/engine/test_models.h"
 
 namespace gpeserve::engine {
@@ -25,21 +25,6 @@ SessionConfig Config(int wait_k, bool long_form, int max_new_tokens = 12) {
   c.long_form.enabled = long_form;
   c.long_form.segmenter.max_segment_words = 9;
   return c;
-}
-
-session::SessionResult Alone(const model::Model& m, const SessionConfig& config,
-                             const std::vector<std::string>& words) {
-  kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
-  auto pool = kv::KvPool::Create(
-      {.block_size = 4, .num_blocks = 512},
-      {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim}, m.dtype(), m.device());
-  session::SessionOptions options = config.options;
-  options.max_positions = m.config().max_position_embeddings;
-  auto session = session::CreateOfflineSession(m, options, words);
-  EXPECT_TRUE(session.ok()) << session.status();
-  auto result = session::RunToCompletion(m, **session, *pool, allocator);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return *result;
 }
 
 // A stream of `n` sentences and how it must be cut: sentences ending in a mark, sentences the
@@ -115,6 +100,22 @@ void Feed(SessionHandle& handle, const Stream& s, uint64_t seed) {
   handle.EndSource();
 }
 
+// The most blocks (of 4 tokens) any one of `segments` needs on its own: its source group (the
+// prompt, any context, its words and end as read) and its target group (the header, the output,
+// and the token fed back before a roll-back).
+int64_t LargestSegmentBlocks(const model::Model& m, const SessionConfig& config,
+                             const std::vector<SessionEvent>& segments) {
+  const int64_t header =
+      static_cast<int64_t>(m.tokenizer()->Encode(config.options.profile.assistant, {})->size());
+  int64_t largest = 0;
+  for (const SessionEvent& e : segments) {
+    const session::SegmentRecord& r = e.segment_record;
+    const int64_t target = header + static_cast<int64_t>(r.output.size()) + 1;
+    largest = std::max(largest, (r.counters.source_tokens + 3) / 4 + (target + 3) / 4);
+  }
+  return largest;
+}
+
 std::shared_ptr<Engine> MakeEngine(std::shared_ptr<const model::Model> m, int64_t kv_blocks) {
   EngineConfig config;
   config.block_size = 4;
@@ -166,7 +167,8 @@ TEST(LongFormTest, SegmentsEqualSeparateSessions) {
       int64_t first_word = 0, units = 0, unread = 0;
       for (size_t k = 0; k < segments.size(); ++k) {
         const session::SegmentRecord& r = segments[k].segment_record;
-        const session::SessionResult alone = Alone(*m, configs[i], sources[i].segments[k]);
+        const session::SessionResult alone =
+            RunAlone(*m, configs[i].options, sources[i].segments[k]);
         SCOPED_TRACE(testing::TestDevice() + " " + family.arch + " stream " + std::to_string(i) +
                      " segment " + std::to_string(k));
         EXPECT_EQ(r.index, static_cast<int64_t>(k));
@@ -188,15 +190,7 @@ TEST(LongFormTest, SegmentsEqualSeparateSessions) {
       // Between segments the session keeps only the prompt prefix, and that is the cache's
       // copy, which every segment shares (three streams opened at once each computed one):
       // it never held more than its largest segment's own blocks.
-      const int64_t header = static_cast<int64_t>(
-          m->tokenizer()->Encode(configs[i].options.profile.assistant, {})->size());
-      int64_t bound = 0;
-      for (const SessionEvent& e : segments) {
-        const session::SegmentRecord& r = e.segment_record;
-        const int64_t target = header + static_cast<int64_t>(r.output.size()) + 1;
-        bound = std::max(bound, (r.counters.source_tokens + 3) / 4 + (target + 3) / 4);
-      }
-      EXPECT_LE(done.counters.kv_blocks_high_water, bound);
+      EXPECT_LE(done.counters.kv_blocks_high_water, LargestSegmentBlocks(*m, configs[i], segments));
       // The deltas carry their segment, in order, and add up to each segment's output.
       std::vector<std::vector<int32_t>> streamed(segments.size());
       int64_t last = 0;
@@ -271,23 +265,13 @@ TEST(LongFormTest, ContextSegmentsEqualSessionsWithThatContext) {
       }
       auto context = session::ContextTokens(*m->tokenizer(), config.options.profile, pairs);
       ASSERT_TRUE(context.ok());
-      kv::BlockAllocator allocator({.block_size = 4, .num_blocks = 512});
-      auto pool = kv::KvPool::Create(
-          {.block_size = 4, .num_blocks = 512},
-          {m->config().num_layers, m->config().num_kv_heads, m->config().head_dim}, m->dtype(),
-          m->device());
-      session::SessionOptions options = config.options;
-      options.max_positions = m->config().max_position_embeddings;
-      auto alone = session::CreateOfflineSession(*m, options, once.segments[k]);
-      ASSERT_TRUE(alone.ok());
-      ASSERT_TRUE((*alone)->SetContext(*context).ok());
-      auto result = session::RunToCompletion(*m, **alone, *pool, allocator);
-      ASSERT_TRUE(result.ok()) << result.status();
+      const session::SessionResult result =
+          RunAlone(*m, config.options, once.segments[k], *context);
       SCOPED_TRACE("context " + std::to_string(c) + " segment " + std::to_string(k));
-      EXPECT_EQ(segments[k].segment_record.output, result->output);
-      EXPECT_EQ(segments[k].segment_record.delays, result->delays);
+      EXPECT_EQ(segments[k].segment_record.output, result.output);
+      EXPECT_EQ(segments[k].segment_record.delays, result.delays);
       // The context is recomputed: the segment's forward tokens include it.
-      EXPECT_EQ(segments[k].segment_record.counters.source_tokens, result->counters.source_tokens);
+      EXPECT_EQ(segments[k].segment_record.counters.source_tokens, result.counters.source_tokens);
       if (k > 0) {
         EXPECT_GT(segments[k].segment_record.counters.source_tokens,
                   static_cast<int64_t>(context->size()));
@@ -309,16 +293,9 @@ TEST(LongFormTest, ContextSegmentsEqualSessionsWithThatContext) {
     // the session never held more than its largest segment's own KV: the prompt and the
     // context (one earlier pair) in its source group, its header and output in its target
     // group (plus the token fed back before a roll-back).
-    const int64_t header = static_cast<int64_t>(
-        (*m->tokenizer()).Encode(config.options.profile.assistant, {})->size());
-    int64_t bound = 0;
-    for (const SessionEvent& e : collector.Of(SessionEvent::Kind::kSegment)) {
-      const session::SegmentRecord& r = e.segment_record;
-      const int64_t target = header + static_cast<int64_t>(r.output.size()) + 1;
-      bound = std::max(bound, (r.counters.source_tokens + 3) / 4 + (target + 3) / 4);
-    }
     EXPECT_GT(done.counters.kv_blocks_high_water, 0);
-    EXPECT_LE(done.counters.kv_blocks_high_water, bound);
+    EXPECT_LE(done.counters.kv_blocks_high_water,
+              LargestSegmentBlocks(*m, config, collector.Of(SessionEvent::Kind::kSegment)));
   }
   // A tight limit: the context is dropped rather than the segment refused.
   SessionConfig tight = Config(2, true);
@@ -410,13 +387,13 @@ TEST(LongFormTest, UnreadUnitsOfASegmentAreCounted) {
   const std::vector<SessionEvent> segments = c.Of(SessionEvent::Kind::kSegment);
   ASSERT_EQ(segments.size(), 2u);
   const session::SegmentRecord& r = segments[0].segment_record;
-  const session::SessionResult alone = Alone(*m, config, first);
+  const session::SessionResult alone = RunAlone(*m, config.options, first);
   EXPECT_EQ(r.reason, alone.reason);
   EXPECT_NE(r.reason, policy::DoneReason::kNone);
   EXPECT_EQ(r.source_units, 9);
   EXPECT_GT(r.units_unread, 0);  // two tokens at wait-1 read at most a few of its 9 units
   EXPECT_EQ(r.output, alone.output);
-  EXPECT_EQ(segments[1].segment_record.output, Alone(*m, config, second).output);
+  EXPECT_EQ(segments[1].segment_record.output, RunAlone(*m, config.options, second).output);
   EXPECT_EQ(done.source_units_unread, r.units_unread + segments[1].segment_record.units_unread);
 }
 
