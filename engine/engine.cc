@@ -24,6 +24,22 @@ int64_t NowStamp() {
       .count();
 }
 
+namespace {
+
+// `status` with how much of the session's source was received and never read (and, long-form,
+// how many segments were finished) after its message.
+absl::Status WithUnreadUnits(const absl::Status& status, const session::SegmentedSession& s) {
+  return absl::Status(
+      status.code(),
+      absl::StrCat(
+          status.message(), " (",
+          s.long_form() ? absl::StrCat(s.segments_finished(), " segments were finished; ") : "",
+          s.source_units() - s.source_units_read(), " of ", s.source_units(),
+          " source units received were not read)"));
+}
+
+}  // namespace
+
 FinishReason FinishReasonOf(policy::DoneReason reason) {
   switch (reason) {
     case policy::DoneReason::kMaxNewTokens:
@@ -238,13 +254,7 @@ void Engine::Impl::Apply(Command& command) {
                                     : live.session->Boundary(command.stamp);
           !status.ok()) {
         // A long-form session loses the segments in flight: say how much.
-        if (s.long_form()) {
-          status = absl::Status(
-              status.code(),
-              absl::StrCat(status.message(), " (", s.segments_finished(),
-                           " segments were finished; ", s.source_units() - s.source_units_read(),
-                           " of ", s.source_units(), " source units received were not read)"));
-        }
+        if (s.long_form()) status = WithUnreadUnits(status, s);
         Finish(live.id, ErrorEvent(live.id, std::move(status)));
       }
       break;
@@ -252,13 +262,7 @@ void Engine::Impl::Apply(Command& command) {
       live.session->EndSource(command.stamp);
       break;
     case CommandKind::kAbort:
-      Finish(live.id,
-             ErrorEvent(live.id, absl::Status(command.status.code(),
-                                              absl::StrCat(command.status.message(), " (",
-                                                           s.source_units() - s.source_units_read(),
-                                                           " of ", s.source_units(),
-                                                           " source units received were not "
-                                                           "read)"))));
+      Finish(live.id, ErrorEvent(live.id, WithUnreadUnits(command.status, s)));
       break;
     case CommandKind::kCancel:
       Finish(live.id, DoneEvent(live, FinishReason::kCancelled));
