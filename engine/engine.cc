@@ -111,6 +111,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   live->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
       *impl_->tokenizer, tokenizer::DecodeOptions{.skip_special_tokens = true});
   live->callback = std::move(on_event);
+  live->report_waiting = config.report_waiting;
   int64_t id;
   {
     absl::MutexLock lock(&impl_->mu);
@@ -195,7 +196,8 @@ SessionEvent Engine::Impl::DoneEvent(const Live& live, FinishReason reason) cons
 
 bool Engine::Impl::Deliver(Live& live, const SessionEvent& event) {
   if (live.callback && !live.callback(event) &&
-      (event.kind == SessionEvent::Kind::kTokens || event.kind == SessionEvent::Kind::kSegment)) {
+      (event.kind == SessionEvent::Kind::kTokens || event.kind == SessionEvent::Kind::kSegment ||
+       event.kind == SessionEvent::Kind::kWaiting)) {
     Finish(live.id, ErrorEvent(live.id, absl::ResourceExhaustedError(
                                             "the client did not read its events fast enough; "
                                             "the session was cancelled")));
@@ -246,6 +248,10 @@ void Engine::Impl::Apply(Command& command) {
   if (it == sessions.end()) return;  // already finished
   Live& live = *it->second;
   const session::SegmentedSession& s = *live.session;
+  if (command.kind == CommandKind::kPush || command.kind == CommandKind::kBoundary ||
+      command.kind == CommandKind::kEnd) {
+    live.waiting_reported = false;
+  }
   switch (command.kind) {
     case CommandKind::kPush:
     case CommandKind::kBoundary:
@@ -269,6 +275,26 @@ void Engine::Impl::Apply(Command& command) {
       break;
     case CommandKind::kOpen:  // handled above
       break;
+  }
+}
+
+void Engine::Impl::ReportWaiting() {
+  std::vector<int64_t> ids;
+  for (const auto& [id, live] : sessions) {
+    if (live->report_waiting && !live->waiting_reported &&
+        live->session->state() == session::SegmentedSession::State::kWaiting) {
+      ids.push_back(id);
+    }
+  }
+  for (int64_t id : ids) {
+    Live& live = *sessions[id];
+    live.waiting_reported = true;
+    SessionEvent event;
+    event.kind = SessionEvent::Kind::kWaiting;
+    event.session_id = id;
+    event.units_read = live.session->units_read();
+    event.segment = live.session->segment();
+    Deliver(live, event);  // a consumer that cannot take it gets the session cancelled
   }
 }
 

@@ -72,6 +72,10 @@ struct SessionConfig {
   session::LongFormOptions long_form;
   sampler::SamplingParams sampling;
   std::string adapter;  // a LoRA adapter of the engine, by name; empty: the base model
+  // Send a kWaiting event each time the session has done all it can with the source received
+  // so far and needs more (or the end) to go on: what an agent that feeds one unit at a time
+  // (SimulEval) waits for before its next read.
+  bool report_waiting = false;
 };
 
 // Why a session ended without an error: the policy's stop rules (policy::DoneReason), a
@@ -83,7 +87,11 @@ const char* FinishReasonName(FinishReason reason);
 
 struct SessionEvent {
   // kSegment: a long-form session finished a segment (before its next segment's tokens).
-  enum class Kind { kTokens, kSegment, kDone, kError };
+  // kWaiting (SessionConfig::report_waiting): the session has read (or, in a long-form segment
+  // whose target ended, dropped) every source unit it received, produced every token it can
+  // without more, and waits for source; `units_read` and `segment` say where it stands. Sent
+  // once per wait: the next one follows a push, boundary or end.
+  enum class Kind { kTokens, kSegment, kWaiting, kDone, kError };
   Kind kind = Kind::kTokens;
   int64_t session_id = 0;
   // kTokens: new output tokens and the text that became final with them (may be empty while

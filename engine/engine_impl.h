@@ -43,6 +43,8 @@ struct Live {
   int64_t order = 0;            // arrival order; admission order once admitted
   int64_t last_served = -1;     // step
   std::vector<double> lags_ms;  // per target word of the running segment
+  bool report_waiting = false;  // SessionConfig::report_waiting
+  bool waiting_reported = false;  // a kWaiting went out since the last source command
 };
 
 // The pieces of one forward step and the sessions they belong to, in the same order.
@@ -121,6 +123,9 @@ struct Engine::Impl {
     return stop || !inbox.empty();
   }
   void Apply(Command& command);
+  // kWaiting events for the sessions that asked for them and wait for source since their last
+  // source command.
+  void ReportWaiting();
   // Delivers the long-form segments finished since the last step; ends the sessions that are
   // done (end of sequence, limits; long-form: the end of the stream).
   void FinishEnded();

@@ -215,7 +215,9 @@ bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
 }
 
 void Engine::Impl::Loop(const model::Model& model) {
-  while (Drain()) {
+  for (;;) {
+    ReportWaiting();  // before Drain, which sleeps while every session waits
+    if (!Drain()) break;
     FinishEnded();
     const std::vector<scheduler::Candidate> candidates = Candidates();
     if (candidates.empty()) {

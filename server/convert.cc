@@ -135,6 +135,7 @@ absl::StatusOr<engine::SessionConfig> ToEngineConfig(const v1::SessionConfig& co
     options.policy.max_write_tokens = static_cast<int>(config.max_write_tokens());
   }
   options.max_source_tokens = service.max_source_tokens;
+  out.report_waiting = config.report_waiting();
 
   if (config.has_long_form() && config.long_form().enabled()) {
     const v1::LongForm& lf = config.long_form();
@@ -194,6 +195,17 @@ v1::StreamResponse ToDeltaResponse(const engine::SessionEvent& e, int64_t server
   delta->set_session_time_us(session_time_us);
   delta->set_segment(e.segment);
   if (e.word_complete) delta->set_lag_ms(e.lag_ms);
+  return response;
+}
+
+v1::StreamResponse ToWaitingResponse(const engine::SessionEvent& e, int64_t server_time_us,
+                                     int64_t session_time_us) {
+  v1::StreamResponse response;
+  v1::WaitingForSource* waiting = response.mutable_waiting();
+  waiting->set_source_units_read(e.units_read);
+  waiting->set_segment(e.segment);
+  waiting->set_server_time_us(server_time_us);
+  waiting->set_session_time_us(session_time_us);
   return response;
 }
 

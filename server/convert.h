@@ -31,6 +31,9 @@ v1::StreamResponse ToDeltaResponse(const engine::SessionEvent& event, int64_t se
                                    int64_t session_time_us);
 
 // A kSegment event as a SegmentDone response.
+// A kWaiting event as a WaitingForSource response (times as ToDeltaResponse's).
+v1::StreamResponse ToWaitingResponse(const engine::SessionEvent& event, int64_t server_time_us,
+                                     int64_t session_time_us);
 v1::StreamResponse ToSegmentResponse(const engine::SessionEvent& event);
 
 // A kDone event as a SessionDone response; `delays_ms`: per target word, the milliseconds from

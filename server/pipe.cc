@@ -6,6 +6,18 @@
 
 namespace gpeserve::server {
 
+namespace {
+int64_t WallMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+int64_t Pipe::SessionMicros(Clock::time_point now) const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count();
+}
+
 void Pipe::SetAdapter(const std::string& adapter) {
   absl::MutexLock lock(&mu_);
   series_ = metrics_ != nullptr ? &metrics_->Series(adapter) : nullptr;
@@ -27,12 +39,11 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
         if (queue_.size() >= max_queued_) return false;
         if (!e.ids.empty()) ObserveTokens(now, e.ids.size());
         if (e.word_complete) ObserveWord(now, e);
-        queue_.push_back(ToDeltaResponse(
-            e,
-            std::chrono::duration_cast<std::chrono::microseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count(),
-            std::chrono::duration_cast<std::chrono::microseconds>(now - opened_).count()));
+        queue_.push_back(ToDeltaResponse(e, WallMicros(), SessionMicros(now)));
+        break;
+      case engine::SessionEvent::Kind::kWaiting:
+        if (queue_.size() >= max_queued_) return false;
+        queue_.push_back(ToWaitingResponse(e, WallMicros(), SessionMicros(now)));
         break;
       case engine::SessionEvent::Kind::kSegment:
         if (queue_.size() >= max_queued_) return false;

@@ -73,6 +73,8 @@ class Pipe {
   void ObserveWord(Clock::time_point now, const engine::SessionEvent& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double MsSinceFirstArrival(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Microseconds since the session opened.
+  int64_t SessionMicros(Clock::time_point now) const;
 
   Metrics* const metrics_;
   const size_t max_queued_;

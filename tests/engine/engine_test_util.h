@@ -7,7 +7,9 @@
 // any thread; RunAlone is a function of its arguments.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -46,10 +48,8 @@ class Collector {
     return [this](const SessionEvent& e) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(e);
-      if (e.kind == SessionEvent::Kind::kDone || e.kind == SessionEvent::Kind::kError) {
-        ++finals_;
-        done_.notify_all();
-      }
+      if (e.kind == SessionEvent::Kind::kDone || e.kind == SessionEvent::Kind::kError) ++finals_;
+      done_.notify_all();
       return true;
     };
   }
@@ -58,6 +58,12 @@ class Collector {
     std::unique_lock<std::mutex> lock(mu_);
     done_.wait(lock, [&] { return finals_ > 0; });
     return events_.back();
+  }
+  // Waits until `ready` holds for the events so far (false after `timeout`).
+  bool WaitUntil(const std::function<bool(const std::vector<SessionEvent>&)>& ready,
+                 std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return done_.wait_for(lock, timeout, [&] { return ready(events_); });
   }
   std::vector<SessionEvent> events() {
     std::lock_guard<std::mutex> lock(mu_);
