@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -42,11 +43,13 @@ absl::StatusOr<SessionTrace> RunSession(v1::Gpeserve::Stub& stub, const ConnectO
                                         const std::vector<std::string>& words,
                                         double words_per_second,
                                         const std::function<void(const v1::TokenDelta&)>& on_delta,
-                                        const LongFormStream* long_form) {
+                                        const LongFormStream* long_form,
+                                        const ResponseCallback& on_response) {
   // Chunk boundaries: after every word when paced; otherwise only where the client cuts.
   std::vector<size_t> cuts;
   size_t next_cut = 0;
   if (long_form != nullptr) cuts = long_form->boundaries;
+  std::atomic<int64_t> words_sent{0};
   grpc::ClientContext context;
   Authorize(options, &context);
   auto stream = stub.Stream(&context);
@@ -67,6 +70,7 @@ absl::StatusOr<SessionTrace> RunSession(v1::Gpeserve::Stub& stub, const ConnectO
         chunk.mutable_chunk()->set_boundary(true);
         ++next_cut;
       }
+      words_sent = static_cast<int64_t>(to);  // before the write: a response may beat its return
       return stream->Write(chunk);
     };
     if (words_per_second <= 0) {
@@ -93,6 +97,15 @@ absl::StatusOr<SessionTrace> RunSession(v1::Gpeserve::Stub& stub, const ConnectO
   bool done = false;
   v1::StreamResponse response;
   while (stream->Read(&response)) {
+    if (on_response) {
+      on_response({.response = response,
+                   .words_sent = words_sent.load(),
+                   .client_time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count(),
+                   .client_elapsed_ms =
+                       std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
+    }
     if (response.has_delta()) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (long_form == nullptr) {

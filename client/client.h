@@ -42,15 +42,25 @@ struct LongFormStream {
   std::function<void(const v1::SegmentDone&)> on_segment;  // on the calling thread
 };
 
+// Every response as it arrives, with the source words the client had sent by then and the
+// client's time (Unix microseconds, and milliseconds since the config was sent).
+struct ResponseSeen {
+  const v1::StreamResponse& response;
+  int64_t words_sent = 0;
+  int64_t client_time_us = 0;
+  double client_elapsed_ms = 0;
+};
+using ResponseCallback = std::function<void(const ResponseSeen&)>;
+
 // Runs one live session: sends `config`, then `words` (one chunk per word, `words_per_second`
 // apart; 0: all at once), then EndOfSource. `on_delta` sees every TokenDelta as it arrives (on
-// the calling thread). Returns the SessionDone, or the call's status. Token times are kept
-// only for sessions that are not long-form (`long_form` null).
+// the calling thread), `on_response` every response. Returns the SessionDone, or the call's
+// status. Token times are kept only for sessions that are not long-form (`long_form` null).
 absl::StatusOr<SessionTrace> RunSession(
     v1::Gpeserve::Stub& stub, const ConnectOptions& options, const v1::SessionConfig& config,
     const std::vector<std::string>& words, double words_per_second,
     const std::function<void(const v1::TokenDelta&)>& on_delta = nullptr,
-    const LongFormStream* long_form = nullptr);
+    const LongFormStream* long_form = nullptr, const ResponseCallback& on_response = nullptr);
 
 // grpc.health.v1 status of the server ("" service): true when SERVING.
 absl::StatusOr<bool> CheckHealth(const ConnectOptions& options, double timeout_seconds);

@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "client/client.h"
+#include "client/response_log.h"
 #include "client/stream_long_form.h"
 #include "engine/eval/dataset.h"
 #include "engine/eval/latency.h"
@@ -169,6 +170,13 @@ v1::SessionConfig SessionConfigFlags::ToProto() const {
   return config;
 }
 
+void AddLogFlag(flags::FlagSet& flags, std::optional<std::string>* path) {
+  flags.Add("log", "FILE.jsonl",
+            "write one JSON line per server response (source sent, tokens, text, server and "
+            "client times; docs/server.md): gpe score --latency FILE.jsonl scores it",
+            path);
+}
+
 // Source words as gpe eval and the server cut them (engine/eval/words.h).
 std::vector<std::string> Words(const std::string& text) {
   const std::vector<std::string_view> words = eval::SplitWords(text);
@@ -211,6 +219,7 @@ int StreamCommand(int argc, char** argv) {
   std::optional<std::string> source_text, source_file;
   double rate = 2;
   bool json = false;
+  std::optional<std::string> log_path;
   flags::LongFormFlags long_form;
   AddConnectFlags(flags, &connect_flags);
   AddSessionConfigFlags(flags, &session_flags);
@@ -219,6 +228,7 @@ int StreamCommand(int argc, char** argv) {
   flags.Add("file", "FILE", "read the source text from FILE", &source_file);
   flags.Add("words_per_second", "R", "source pace (0: all at once)", &rate, {.min = 0});
   flags.Add("json", "print the SessionDone as JSON at the end", &json);
+  AddLogFlag(flags, &log_path);
   if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
   auto connect = connect_flags.Resolve();
   if (!connect.ok()) return Fail(std::string(connect.status().message()), 2);
@@ -235,25 +245,41 @@ int StreamCommand(int argc, char** argv) {
   }
   const std::vector<std::string> words = Words(text);
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  std::unique_ptr<ResponseLog> log;
+  if (log_path) {
+    auto opened = ResponseLog::Open(*log_path);
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    log = *std::move(opened);
+    v1::SessionConfig logged = config;
+    logged.mutable_long_form()->set_enabled(long_form.options.enabled);
+    log->Start(0, words, rate, logged);
+  }
+  const ResponseCallback on_response =
+      log ? ResponseCallback([&log](const ResponseSeen& seen) { log->Response(0, seen); })
+          : ResponseCallback();
   if (long_form.options.enabled) {
-    return StreamLongForm(*stub, *connect, config, long_form, text, rate, json);
+    return StreamLongForm(*stub, *connect, config, long_form, text, rate, json, on_response);
   }
   const bool tty = ::isatty(STDOUT_FILENO);
   std::string so_far, word;  // the whole target so far; the part since the last word ended
-  auto result = RunSession(*stub, *connect, config, words, rate, [&](const v1::TokenDelta& d) {
-    so_far += d.text();
-    word += d.text();
-    const long long read = static_cast<long long>(d.source_units_read());
-    if (tty) {
-      std::printf("\r\033[K[read %lld] %s", read, so_far.c_str());
-      std::fflush(stdout);
-    } else if (d.word_complete()) {
-      std::printf("[read %lld] %s\n", read, word.c_str());
-      std::fflush(stdout);
-      word.clear();
-    }
-  });
+  auto result = RunSession(
+      *stub, *connect, config, words, rate,
+      [&](const v1::TokenDelta& d) {
+        so_far += d.text();
+        word += d.text();
+        const long long read = static_cast<long long>(d.source_units_read());
+        if (tty) {
+          std::printf("\r\033[K[read %lld] %s", read, so_far.c_str());
+          std::fflush(stdout);
+        } else if (d.word_complete()) {
+          std::printf("[read %lld] %s\n", read, word.c_str());
+          std::fflush(stdout);
+          word.clear();
+        }
+      },
+      nullptr, on_response);
   if (tty) std::printf("\n");
+  if (log && !result.ok()) log->Error(0, result.status());
   if (!result.ok()) {
     return Fail(absl::StrFormat("%s: %s", absl::StatusCodeToString(result.status().code()),
                                 result.status().message()));
@@ -310,6 +336,8 @@ int EvalCommand(int argc, char** argv) {
             {.min = 0});
   flags.Add("limit", "N", "evaluate the first N items only", &limit);
   flags.Add("out", "FILE", "write one JSON line per sentence", &out_path);
+  std::optional<std::string> log_path;
+  AddLogFlag(flags, &log_path);
   if (auto code = flags.ParseOrExit(argc, argv, 2)) return *code;
   if (!data_path) return Fail("--data is required\n\n" + flags.Help(), 2);
   auto connect = connect_flags.Resolve();
@@ -319,6 +347,12 @@ int EvalCommand(int argc, char** argv) {
   if (!data.ok()) return Fail(std::string(data.status().message()));
   const size_t count = limit && *limit >= 0 ? std::min<size_t>(*limit, data->size()) : data->size();
   auto stub = v1::Gpeserve::NewStub(Connect(*connect));
+  std::unique_ptr<ResponseLog> log;
+  if (log_path) {
+    auto opened = ResponseLog::Open(*log_path);
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    log = *std::move(opened);
+  }
   std::vector<absl::StatusOr<SessionTrace>> results(count, absl::UnknownError("not run"));
   std::atomic<size_t> next{0}, finished{0};
   eval::Progress progress("gpe-client", count);
@@ -326,7 +360,15 @@ int EvalCommand(int argc, char** argv) {
   for (int w = 0; w < concurrency; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < count; i = next++) {
-        results[i] = RunSession(*stub, *connect, config, Words((*data)[i].source), rate);
+        const std::vector<std::string> words = Words((*data)[i].source);
+        const auto session = static_cast<int64_t>(i);
+        if (log) log->Start(session, words, rate, config);
+        results[i] = RunSession(*stub, *connect, config, words, rate, nullptr, nullptr,
+                                log ? ResponseCallback([&log, session](const ResponseSeen& seen) {
+                                  log->Response(session, seen);
+                                })
+                                    : ResponseCallback());
+        if (log && !results[i].ok()) log->Error(session, results[i].status());
         progress.Update(++finished);
       }
     });

@@ -18,7 +18,8 @@ namespace gpeserve::client {
 
 int StreamLongForm(v1::Gpeserve::Stub& stub, const ConnectOptions& connect,
                    v1::SessionConfig config, const flags::LongFormFlags& long_form,
-                   const std::string& text, double words_per_second, bool json) {
+                   const std::string& text, double words_per_second, bool json,
+                   const ResponseCallback& on_response) {
   v1::LongForm& lf = *config.mutable_long_form();
   lf.set_enabled(true);
   for (const std::string& mark : long_form.options.segmenter.sentence_marks) {
@@ -72,7 +73,7 @@ int StreamLongForm(v1::Gpeserve::Stub& stub, const ConnectOptions& connect,
           std::fflush(stdout);
         }
       },
-      &stream);
+      &stream, on_response);
   if (tty) std::printf("\n");
   if (!result.ok()) {
     std::cerr << "gpe-client: " << absl::StatusCodeToString(result.status().code()) << ": "

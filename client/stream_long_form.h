@@ -17,6 +17,7 @@ namespace gpeserve::client {
 // `long_form`; prints as above (`json`: the summary as JSON too). Returns the exit code.
 int StreamLongForm(v1::Gpeserve::Stub& stub, const ConnectOptions& connect,
                    v1::SessionConfig config, const flags::LongFormFlags& long_form,
-                   const std::string& text, double words_per_second, bool json);
+                   const std::string& text, double words_per_second, bool json,
+                   const ResponseCallback& on_response = nullptr);
 
 }  // namespace gpeserve::client

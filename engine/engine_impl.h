@@ -40,10 +40,10 @@ struct Live {
   bool admitted = false;
   std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> first_run;
-  int64_t order = 0;            // arrival order; admission order once admitted
-  int64_t last_served = -1;     // step
-  std::vector<double> lags_ms;  // per target word of the running segment
-  bool report_waiting = false;  // SessionConfig::report_waiting
+  int64_t order = 0;              // arrival order; admission order once admitted
+  int64_t last_served = -1;       // step
+  std::vector<double> lags_ms;    // per target word of the running segment
+  bool report_waiting = false;    // SessionConfig::report_waiting
   bool waiting_reported = false;  // a kWaiting went out since the last source command
 };
 

@@ -92,8 +92,9 @@ TEST(WaitingTest, OnePerPushAfterEveryTokenTheWordsAllow) {
       EXPECT_EQ(waiting.segment, 0);
       // Every token the session produces with `pushed` words has come.
       const auto so_far = Tokens(events);
-      const auto allowed = std::count_if(reference_tokens.begin(), reference_tokens.end(),
-                                         [&](const auto& t) { return t.second <= static_cast<int64_t>(pushed); });
+      const auto allowed =
+          std::count_if(reference_tokens.begin(), reference_tokens.end(),
+                        [&](const auto& t) { return t.second <= static_cast<int64_t>(pushed); });
       EXPECT_EQ(static_cast<int64_t>(so_far.size()), allowed) << "after " << pushed << " words";
       if (pushed == words.size()) break;
       (*handle)->Push({words[pushed]});

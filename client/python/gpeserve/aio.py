@@ -7,69 +7,66 @@
             async for message in session:     # TokenDelta ... SessionDone
                 ...
 """
+import asyncio
+import concurrent.futures
+
 import grpc
 import grpc.aio
 
 from . import _config
-from .client import _channel_parts
+from .client import Client, _channel_parts
 from .errors import Internal, from_grpc
 from .v1 import gpeserve_pb2 as pb
 from .v1 import gpeserve_pb2_grpc as pb_grpc
 
 
 class AsyncSession:
-    """One live Stream call (asyncio). Write with push/boundary/end while another task iterates;
-    it ends with SessionDone, an error, or cancel()."""
+    """One live Stream call (asyncio). Send with push/boundary/end while another task iterates;
+    it ends with SessionDone, an error, or cancel().
 
-    def __init__(self, call):
-        self._call = call
-        self._ended = False
-        self.done = None  # the SessionDone, once received
+    It drives a gpeserve.Session (the sync client) and reads its responses on a worker thread:
+    with grpc.aio's own streams, a write that races the server ending the call (e.g. the end of
+    the source right after a refused config) replaces the server's status by INTERNAL, and the
+    typed error would be lost."""
 
-    async def _write(self, request):
-        try:
-            await self._call.write(request)
-        except grpc.RpcError as e:
-            raise from_grpc(e) from None
+    def __init__(self, session, executor):
+        self._session = session
+        self._executor = executor
+
+    @property
+    def done(self):
+        """The SessionDone, once received."""
+        return self._session.done
 
     async def push(self, source, boundary=False):
         """Sends source: a list of words, or text the server splits on whitespace."""
-        if self._ended:
-            raise ValueError("the source has ended; no more chunks can be sent")
-        await self._write(_config.chunk_request(source, boundary))
+        self._session.push(source, boundary)
 
     async def boundary(self):
         """A long-form segment boundary after the words sent so far."""
-        await self.push([], boundary=True)
+        self._session.boundary()
 
     async def end(self):
         """The source is complete (idempotent)."""
-        if not self._ended:
-            self._ended = True
-            await self._write(_config.end_request())
-            await self._call.done_writing()
+        self._session.end()
 
     def cancel(self):
         """Ends the call now; the server frees the session."""
-        self._ended = True
-        self._call.cancel()
+        self._session.cancel()
 
     def __aiter__(self):
         return self
 
-    async def __anext__(self):
+    def _next(self):
         try:
-            response = await self._call.read()
-        except grpc.RpcError as e:
-            raise from_grpc(e) from None
-        if response is grpc.aio.EOF:
-            code = await self._call.code()
-            if code != grpc.StatusCode.OK:
-                raise from_grpc(_Finished(code, await self._call.details()))
+            return next(self._session)
+        except StopIteration:
+            return _END
+
+    async def __anext__(self):
+        message = await asyncio.get_running_loop().run_in_executor(self._executor, self._next)
+        if message is _END:
             raise StopAsyncIteration
-        message = _config.message_of(response)
-        if isinstance(message, pb.SessionDone):
-            self.done = message
         return message
 
     async def result(self):
@@ -90,17 +87,7 @@ class AsyncSession:
         return False
 
 
-class _Finished:
-    """A finished call's status in the shape from_grpc reads."""
-
-    def __init__(self, code, details):
-        self._code, self._details = code, details
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return self._details
+_END = object()
 
 
 class AsyncClient:
@@ -114,13 +101,16 @@ class AsyncClient:
         self._stub = pb_grpc.GpeserveStub(self._channel)
         self._metadata = _config.metadata_for(token)
         self._timeout = timeout
+        # Streams: the sync client's, read on worker threads (one per session reading).
+        self._streams = Client(address, tls_root=tls_root, tls_server_name=tls_server_name,
+                               token=token, timeout=timeout)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1024, thread_name_prefix="gpeserve-stream")
 
     async def stream(self, config=None, *, timeout=None, **settings):
         """Opens a live session (see Client.stream) and sends its config."""
-        call = self._stub.Stream(metadata=self._metadata, timeout=timeout)
-        session = AsyncSession(call)
-        await session._write(_config.config_request(_config.session_config(config, **settings)))
-        return session
+        return AsyncSession(self._streams.stream(config, timeout=timeout, **settings),
+                            self._executor)
 
     async def generate(self, text, config=None, *, timeout=None, **settings):
         """Batch mode: returns the SessionDone for the whole source `text`."""
@@ -162,6 +152,8 @@ class AsyncClient:
 
     async def close(self):
         await self._channel.close()
+        self._streams.close()
+        self._executor.shutdown(wait=False)
 
     async def __aenter__(self):
         return self

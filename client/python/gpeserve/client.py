@@ -81,8 +81,8 @@ class Session:
     def cancel(self):
         """Ends the call now; the server frees the session."""
         self._ended = True
+        self._call.cancel()  # first: ending the request stream would end the source
         self._requests.put(None)
-        self._call.cancel()
 
     def __iter__(self):
         return self

@@ -77,28 +77,33 @@ class GpeserveAgent(TextToTextAgent):
         self.session = None
         self.sent = 0           # source words handed to the server (the end unit included)
         self.ended = False      # the end of the source was sent
-        self.pending = ""       # target text not yet part of a completed word
+        self.text = ""          # the target text so far
+        self.completed = 0      # target words the server flagged complete
+        self.written = 0        # target words returned to SimulEval
         self.finished = False   # the server's session is over
 
     def _words_completed(self):
-        """Reads responses until the server waits for source or ends; returns the words
-        completed meanwhile."""
-        words = []
-        for message in self.session:
+        """Reads responses until the server waits for source or ends; returns the target words
+        completed meanwhile.
+
+        The server flags the delta with which a word ended (word_complete): the c-th flag ends
+        the c-th word of the text, whose delta may already start the next word (" lachen"
+        after "Schwestern") or end the word itself (a kept ".": "lachen."), so the words to
+        return are the text's words up to the number of flags; at the end, all of them."""
+        while True:
+            message = next(self.session, None)
             if isinstance(message, pb.TokenDelta):
-                self.pending += message.text
-                if message.word_complete:
-                    words += self.pending.split()
-                    self.pending = ""
+                self.text += message.text
+                self.completed += 1 if message.word_complete else 0
             elif isinstance(message, pb.WaitingForSource):
                 break
-            elif isinstance(message, pb.SessionDone):
-                # The last word (completed by the end of the target) and any text left over.
-                words += self.pending.split()
-                self.pending = ""
+            elif isinstance(message, pb.SessionDone) or message is None:
                 self.finished = True
                 break
-        return words
+        words = self.text.split()
+        upto = len(words) if self.finished else min(self.completed, len(words))
+        new, self.written = words[self.written:upto], max(self.written, upto)
+        return new
 
     def policy(self):
         if self.session is None:
