@@ -86,6 +86,18 @@ def main():
                 "--no-progress-bar", "--server", server.address, "--wait-k", str(a.wait_k),
                 "--max-new-tokens", "80", "--end-unit", END_UNIT)
         check("simuleval runs the agent", r.returncode == 0, r.stderr[-2000:])
+        # Without the end unit (SimulEval's own units): the last word and the end go together.
+        plain_src = os.path.join(a.work, "src-plain.txt")
+        with open(plain_src, "w", encoding="utf-8") as f:
+            f.writelines(item["en"] + "\n" for item in items)
+        plain_dir = os.path.join(a.work, "simuleval-plain")
+        r = run(sys.executable, "-m", "simuleval.cli",
+                "--agent", gpeserve.simuleval_agent.__file__,
+                "--source", plain_src, "--target", tgt, "--output", plain_dir, "--no-use-ref-len",
+                "--quality-metrics", "BLEU", "--latency-metrics", "AL", "LAAL",
+                "--no-progress-bar", "--server", server.address, "--wait-k", str(a.wait_k),
+                "--max-new-tokens", "80", timeout=600)
+        check("simuleval runs the agent without --end-unit", r.returncode == 0, r.stderr[-2000:])
     finally:
         server.stop()
     if FAILURES:
@@ -113,6 +125,32 @@ def main():
           (scores["AL"], lagging.group(1)))
     check("LAAL within 0.01", abs(float(scores["LAAL"]) - float(lagging.group(2))) <= 0.01,
           (scores["LAAL"], lagging.group(2)))
+
+    # Without the end unit SimulEval scores |X| = words and caps delays at it (docs/GPE.md 6):
+    # its AL must be gpe score's on the server's delays so transformed.
+    with open(os.path.join(plain_dir, "instances.log"), encoding="utf-8") as f:
+        plain = sorted((json.loads(line) for line in f), key=lambda i: i["index"])
+    check("without --end-unit: the same outputs",
+          [i["prediction"] for i in plain] == predictions)
+    with open(out, encoding="utf-8") as f:
+        results = [json.loads(line) for line in f]
+    cases = os.path.join(a.work, "plain-latency.jsonl")
+    with open(cases, "w") as f:
+        for result in results:
+            n = len(result["source"].split())
+            f.write(json.dumps({"delays": [min(d, n) for d in result["delays"]],
+                                "source_length": n,
+                                "target_length": len(result["output"].split())}) + "\n")
+    r = run(a.gpe, "score", "--latency", cases, "--json")
+    means = json.loads(r.stdout.splitlines()[-1]) if r.returncode == 0 else {}
+    with open(os.path.join(plain_dir, "scores.tsv"), encoding="utf-8") as f:
+        plain_scores = next(csv.DictReader(f, delimiter="\t"))
+    print(f"simuleval without --end-unit: AL {float(plain_scores['AL']):.3f}, "
+          f"LAAL {float(plain_scores['LAAL']):.3f}")
+    check("without --end-unit: SimulEval's AL is gpe's with |X| = words, delays capped at it",
+          means and abs(float(plain_scores["AL"]) - means["mean_AL"]) < 0.0015 and
+          abs(float(plain_scores["LAAL"]) - means["mean_LAAL"]) < 0.0015,
+          (plain_scores, means))
     print(f"{len(FAILURES)} failure(s)" if FAILURES else "all checks passed")
     sys.exit(1 if FAILURES else 0)
 

@@ -116,8 +116,10 @@ class GpeserveAgent(TextToTextAgent):
         end = self.states.source_finished and not self.ended
         if end and self.end_unit is not None and new and new[-1] == self.end_unit:
             new = new[:-1]  # gpeserve's end segment, not a word
-        if not new and not end:
+        if not new and not end and not self.ended:
             return ReadAction()  # nothing new for the server: it still waits
+        # (With the end sent, read on: a WaitingForSource may have come before the server took
+        # the end, and the rest of the target follows it.)
         if new:
             self.session.push(list(new))
         if end:
