@@ -36,7 +36,9 @@ inline session::SessionResult RunAlone(const model::Model& m, session::SessionOp
   options.max_positions = m.config().max_position_embeddings;  // as Engine::Open sets it
   auto session = session::CreateOfflineSession(m, options, words);
   EXPECT_TRUE(session.ok()) << session.status();
-  if (!context.empty()) EXPECT_TRUE((*session)->SetContext(context).ok());
+  if (!context.empty()) {
+    EXPECT_TRUE((*session)->SetContext(context).ok());
+  }
   auto result = session::RunToCompletion(m, **session, *pool, allocator);
   EXPECT_TRUE(result.ok()) << result.status();
   return *result;
