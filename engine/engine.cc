@@ -221,14 +221,45 @@ void Engine::Impl::Finish(int64_t id, SessionEvent event) {
   if (live->callback) live->callback(event);
 }
 
+std::optional<double> Engine::Impl::ExpireIdle() {
+  if (config.session_idle_seconds <= 0) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<double> next;
+  std::vector<int64_t> expired;
+  for (const auto& [id, live] : sessions) {
+    if (live->session->state() != session::SegmentedSession::State::kWaiting) continue;
+    const double left = config.session_idle_seconds -
+                        std::chrono::duration<double>(now - live->last_command).count();
+    if (left <= 0) {
+      expired.push_back(id);
+    } else {
+      next = std::min(next.value_or(left), left);
+    }
+  }
+  for (int64_t id : expired) {
+    ++counters.idle_timeouts;
+    Finish(id,
+           ErrorEvent(id, WithUnreadUnits(
+                              absl::DeadlineExceededError(absl::StrCat(
+                                  "the session waited for source for ", config.session_idle_seconds,
+                                  " s and none came (gpeserve --session_idle_seconds); send "
+                                  "the end of the source when it is complete")),
+                              *sessions[id]->session)));
+  }
+  return next;
+}
+
 bool Engine::Impl::Drain() {
+  const std::optional<double> idle_in = ExpireIdle();
   std::deque<Command> commands;
   {
     absl::MutexLock lock(&mu);
     const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
       return s.second->session->state() != session::SegmentedSession::State::kWaiting;
     });
-    if (idle) {
+    if (idle && idle_in) {
+      mu.AwaitWithTimeout(absl::Condition(this, &Impl::HasCommandsOrStop), absl::Seconds(*idle_in));
+    } else if (idle) {
       mu.Await(absl::Condition(this, &Impl::HasCommandsOrStop));
     }
     if (stop) return false;
@@ -251,6 +282,7 @@ void Engine::Impl::Apply(Command& command) {
   if (command.kind == CommandKind::kPush || command.kind == CommandKind::kBoundary ||
       command.kind == CommandKind::kEnd) {
     live.waiting_reported = false;
+    live.last_command = std::chrono::steady_clock::now();
   }
   switch (command.kind) {
     case CommandKind::kPush:
@@ -262,6 +294,17 @@ void Engine::Impl::Apply(Command& command) {
         // A long-form session loses the segments in flight: say how much.
         if (s.long_form()) status = WithUnreadUnits(status, s);
         Finish(live.id, ErrorEvent(live.id, std::move(status)));
+      } else if (const int64_t unread = s.source_units() - s.source_units_read();
+                 config.max_unread_source_units > 0 && unread > config.max_unread_source_units) {
+        ++counters.unread_limit_hits;
+        Finish(live.id,
+               ErrorEvent(live.id, absl::ResourceExhaustedError(absl::StrCat(
+                                       "the session holds ", unread,
+                                       " source units received and not yet read, over this "
+                                       "server's limit of ",
+                                       config.max_unread_source_units,
+                                       " (gpeserve --max_unread_source_units); send the source "
+                                       "no faster than it is translated"))));
       }
       break;
     case CommandKind::kEnd:

@@ -44,6 +44,14 @@ struct EngineConfig {
   // steps that hold a piece of a long read are spaced so that the others' steps take on
   // average at most this factor longer than without it (measured step times); 0: no pacing.
   double long_read_slowdown = 1.5;
+  // A session that waits for source and got no command (words, a boundary, the end) for this
+  // many seconds is ended with DEADLINE_EXCEEDED (a client that went quiet holds no slot and no
+  // KV forever); 0: never.
+  double session_idle_seconds = 0;
+  // A session holding more source units received and not yet read (a client far ahead of the
+  // translation: queued work the engine has not taken up) is ended with RESOURCE_EXHAUSTED;
+  // 0: no limit.
+  int64_t max_unread_source_units = 0;
   // Called on the loop thread after each forward step with its token count (metrics); must be
   // cheap and must not call the engine.
   std::function<void(int64_t tokens)> on_step;
@@ -137,6 +145,9 @@ struct EngineStats {
   int64_t source_tokens = 0;     // source tokens read by finished and running sessions
   int64_t generated_tokens = 0;  // output tokens emitted
   int64_t preemptions = 0;
+  // Sessions ended by EngineConfig's limits: session_idle_seconds, max_unread_source_units.
+  int64_t idle_timeouts = 0;
+  int64_t unread_limit_hits = 0;
   kv::KvStats kv;
 };
 

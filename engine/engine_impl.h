@@ -40,9 +40,11 @@ struct Live {
   bool admitted = false;
   std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> first_run;
-  int64_t order = 0;              // arrival order; admission order once admitted
-  int64_t last_served = -1;       // step
-  std::vector<double> lags_ms;    // per target word of the running segment
+  int64_t order = 0;            // arrival order; admission order once admitted
+  int64_t last_served = -1;     // step
+  std::vector<double> lags_ms;  // per target word of the running segment
+  // The last command from the client (open, words, boundary, end): the idle limit's clock.
+  std::chrono::steady_clock::time_point last_command = std::chrono::steady_clock::now();
   bool report_waiting = false;    // SessionConfig::report_waiting
   bool waiting_reported = false;  // a kWaiting went out since the last source command
 };
@@ -126,6 +128,9 @@ struct Engine::Impl {
   // kWaiting events for the sessions that asked for them and wait for source since their last
   // source command.
   void ReportWaiting();
+  // Ends the sessions that waited for source longer than session_idle_seconds; returns the
+  // seconds until the next one would (nullopt: none waits, or no limit).
+  std::optional<double> ExpireIdle();
   // Delivers the long-form segments finished since the last step; ends the sessions that are
   // done (end of sequence, limits; long-form: the end of the stream).
   void FinishEnded();

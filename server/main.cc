@@ -75,7 +75,13 @@ struct Flags {
   std::string profile = policy::kAutoProfile;
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9090";
-  engine::EngineConfig engine;
+  // The engine's defaults, with the server's limits on what a client may hold.
+  engine::EngineConfig engine = [] {
+    engine::EngineConfig c;
+    c.session_idle_seconds = 600;
+    c.max_unread_source_units = 50000;
+    return c;
+  }();
   ServiceConfig service;  // the session defaults and limits (profiles and token: Build)
   int64_t drain_seconds = 30;
   std::optional<std::string> auth_token_file, tls_cert, tls_key;
@@ -166,6 +172,22 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
   flags.Add("max_queued_events", "N",
             "responses queued for a slow client before its session is cancelled",
             &service.max_queued_events, {.min = 1});
+  flags.Add("max_sessions_per_connection", "N",
+            "open sessions of one client connection at most; beyond: RESOURCE_EXHAUSTED (0: no "
+            "limit; behind a proxy that pools connections, the proxy's connections count)",
+            &service.max_sessions_per_connection, {.min = 0});
+  flags.Add("max_session_source_bytes", "N",
+            "bytes of source (words and text) one session may send in all; beyond: "
+            "RESOURCE_EXHAUSTED",
+            &service.max_session_source_bytes, {.min = 1});
+  flags.Add("session_idle_seconds", "S",
+            "a session waiting for source that gets none for S seconds ends with "
+            "DEADLINE_EXCEEDED (0: never)",
+            &out->engine.session_idle_seconds, {.min = 0});
+  flags.Add("max_unread_source_units", "N",
+            "source units a session may hold received and not yet read (a client far ahead of "
+            "the translation); beyond: RESOURCE_EXHAUSTED (0: no limit)",
+            &out->engine.max_unread_source_units, {.min = 0});
   flags.Add("drain_seconds", "S", "on SIGTERM: how long running sessions may finish",
             &out->drain_seconds, {.min = 0});
   flags.Add("auth_token_file", "FILE",

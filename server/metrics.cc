@@ -116,6 +116,16 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
                           "code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, ...), "
                           "refusals before a session started included.")
                       .Register(*registry_);
+  limit_hits_ = &prometheus::BuildCounter()
+                     .Name("gpeserve:limit_refusals_total")
+                     .Help(
+                         "Sessions refused or ended by a per-client limit, by the gpeserve flag "
+                         "that sets it (max_sessions_per_connection, max_session_source_bytes, "
+                         "session_idle_seconds, max_unread_source_units).")
+                     .Register(*registry_);
+  for (const char* limit : kLimits) {
+    limit_counters_[limit] = &limit_hits_->Add({{"model", model}, {"limit", limit}});
+  }
   // The codes a client can cause, present from the start so that rate() sees them at zero.
   for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE",
                            "UNAUTHENTICATED", "CANCELLED", "INTERNAL"}) {
@@ -180,6 +190,12 @@ void Metrics::CallFailed(const std::string& code) {
   call_errors_->Add({{"model", model_}, {"code", code}}).Increment();
 }
 
+void Metrics::LimitHit(const std::string& limit) {
+  if (const auto it = limit_counters_.find(limit); it != limit_counters_.end()) {
+    it->second->Increment();
+  }
+}
+
 void Metrics::SetStatsSource(std::function<engine::EngineStats()> source) {
   absl::MutexLock lock(&stats_mu_);
   if (source) last_ = source();
@@ -198,6 +214,9 @@ void Metrics::UpdateLocked(const engine::EngineStats& stats) {
   advance(source_tokens_, stats.source_tokens, last_.source_tokens);
   advance(generation_tokens_, stats.generated_tokens, last_.generated_tokens);
   advance(preemptions_, stats.preemptions, last_.preemptions);
+  advance(limit_counters_.at("session_idle_seconds"), stats.idle_timeouts, last_.idle_timeouts);
+  advance(limit_counters_.at("max_unread_source_units"), stats.unread_limit_hits,
+          last_.unread_limit_hits);
   advance(prefix_queries_, stats.kv.prefix_hits + stats.kv.prefix_misses,
           last_.kv.prefix_hits + last_.kv.prefix_misses);
   advance(prefix_hits_, stats.kv.prefix_hits, last_.kv.prefix_hits);

@@ -79,6 +79,13 @@ class Metrics {
   static void SegmentFinished(const SessionSeries& s, int64_t kv_blocks_high_water);
   // A failed call (Stream or Generate ended with a non-OK status), by gRPC status code name.
   void CallFailed(const std::string& code);
+  // The per-client limits, by their gpeserve flag (the `limit` label); the engine's two
+  // (session_idle_seconds, max_unread_source_units) are counted from its statistics.
+  static constexpr const char* kLimits[] = {"max_sessions_per_connection",
+                                            "max_session_source_bytes", "session_idle_seconds",
+                                            "max_unread_source_units"};
+  // A session refused or ended by the server's limit `limit` (one of kLimits).
+  void LimitHit(const std::string& limit);
   // Where Render reads the engine's statistics; what `source` reports now (e.g. a warm-up
   // session) is the baseline and is not counted.
   void SetStatsSource(std::function<engine::EngineStats()> source);
@@ -101,6 +108,8 @@ class Metrics {
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
   prometheus::Family<prometheus::Counter>* call_errors_;
+  prometheus::Family<prometheus::Counter>* limit_hits_;
+  std::map<std::string, prometheus::Counter*> limit_counters_;  // by limit
   // One scrape at a time reads and counts the engine's statistics.
   absl::Mutex stats_mu_;
   std::function<engine::EngineStats()> stats_source_ ABSL_GUARDED_BY(stats_mu_);

@@ -38,6 +38,8 @@ struct Service::CallRegistry {
   absl::Mutex mu;
   int64_t calls ABSL_GUARDED_BY(mu) = 0;
   std::map<const void*, std::shared_ptr<engine::SessionHandle>> open ABSL_GUARDED_BY(mu);
+  // Calls with a session, per client connection (gRPC's peer: address and port).
+  std::map<std::string, int> per_connection ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -94,6 +96,30 @@ class CallScope {
     absl::MutexLock lock(&registry_->mu);
     --registry_->calls;
     registry_->open.erase(this);
+    ReleaseConnectionLocked();
+  }
+  // The call's session no longer counts against its connection (idempotent): before the call's
+  // status goes out, so that a client that saw it may open the next session at once.
+  void ReleaseConnection() {
+    absl::MutexLock lock(&registry_->mu);
+    ReleaseConnectionLocked();
+  }
+  // Counts the call's session against its connection's limit (0: none): RESOURCE_EXHAUSTED
+  // when the connection has `limit` already.
+  grpc::Status AdmitOnConnection(const std::string& peer, int limit) {
+    absl::MutexLock lock(&registry_->mu);
+    int& open = registry_->per_connection[peer];
+    if (limit > 0 && open >= limit) {
+      if (open == 0) registry_->per_connection.erase(peer);
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+              absl::StrCat("this connection has ", open,
+                           " open sessions, this server's limit per connection (gpeserve "
+                           "--max_sessions_per_connection); wait for one of them to end")};
+    }
+    ++open;
+    peer_ = peer;
+    counted_ = true;
+    return grpc::Status::OK;
   }
   void SetSession(std::shared_ptr<engine::SessionHandle> handle) {
     absl::MutexLock lock(&registry_->mu);
@@ -110,15 +136,34 @@ class CallScope {
   }
 
  private:
+  void ReleaseConnectionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_->mu) {
+    if (counted_ && --registry_->per_connection[peer_] == 0) {
+      registry_->per_connection.erase(peer_);
+    }
+    counted_ = false;
+  }
+
   std::shared_ptr<Service::CallRegistry> registry_;
+  std::string peer_;  // the connection its session counts against
+  bool counted_ = false;
 };
+
+// AdmitOnConnection with the server's limit, counted in the metrics when it refuses.
+grpc::Status AdmitOnConnection(Service& service, CallScope& scope, const std::string& peer) {
+  grpc::Status s = scope.AdmitOnConnection(peer, service.config().max_sessions_per_connection);
+  if (!s.ok() && service.metrics() != nullptr) {
+    service.metrics()->LimitHit("max_sessions_per_connection");
+  }
+  return s;
+}
 
 // What a reactor needs to drain its Pipe into the call; shared by Stream and Generate.
 template <class Reactor>
 class PipedReactor : public Reactor, public Pipe::Sink {
  public:
-  explicit PipedReactor(Service& service)
-      : scope_(service.registry()),
+  PipedReactor(Service& service, const grpc::CallbackServerContext& context)
+      : peer_(context.peer()),
+        scope_(service.registry()),
         metrics_(service.metrics()),
         pipe_(std::make_shared<Pipe>(this, service.metrics(), service.config().max_queued_events)) {
   }
@@ -131,6 +176,7 @@ class PipedReactor : public Reactor, public Pipe::Sink {
   }
   void Write(const StreamResponse& response) override { this->StartWrite(&response); }
   void End(const grpc::Status& status) override {
+    scope_.ReleaseConnection();
     if (!status.ok() && metrics_ != nullptr) {
       metrics_->CallFailed(
           absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
@@ -139,6 +185,7 @@ class PipedReactor : public Reactor, public Pipe::Sink {
   }
 
  protected:
+  const std::string peer_;  // the client's connection
   CallScope scope_;
   Metrics* metrics_;  // may be null
   std::shared_ptr<Pipe> pipe_;
@@ -148,7 +195,7 @@ class StreamReactor final
     : public PipedReactor<grpc::ServerBidiReactor<StreamRequest, StreamResponse>> {
  public:
   StreamReactor(Service& service, grpc::CallbackServerContext* context)
-      : PipedReactor(service), service_(service) {
+      : PipedReactor(service, *context), service_(service) {
     if (grpc::Status s = service.Authenticate(*context); !s.ok()) {
       pipe_->Fail(s);
       return;
@@ -191,6 +238,7 @@ class StreamReactor final
         }
         auto engine_config = ToEngineConfig(request.config(), service_.config(), /*batch=*/false);
         if (!engine_config.ok()) return ToGrpc(engine_config.status());
+        if (grpc::Status s = AdmitOnConnection(service_, scope_, peer_); !s.ok()) return s;
         auto handle = OpenSession(service_, *engine_config, pipe_);
         if (!handle.ok()) return ToGrpc(handle.status());
         handle_ = *handle;
@@ -207,6 +255,21 @@ class StreamReactor final
           return {grpc::StatusCode::FAILED_PRECONDITION, "a SourceChunk after EndOfSource"};
         }
         const v1::SourceChunk& chunk = request.chunk();
+        source_bytes_ += static_cast<int64_t>(chunk.text().size());
+        for (const std::string& word : chunk.words()) {
+          source_bytes_ += static_cast<int64_t>(word.size());
+        }
+        if (source_bytes_ > config.max_session_source_bytes) {
+          if (service_.metrics() != nullptr) {
+            service_.metrics()->LimitHit("max_session_source_bytes");
+          }
+          return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat("the session has been sent ", source_bytes_,
+                               " bytes of source, over this server's limit of ",
+                               config.max_session_source_bytes,
+                               " per session (gpeserve --max_session_source_bytes); continue "
+                               "in a new session")};
+        }
         if (chunk.words_size() > 0 && !chunk.text().empty()) {
           return {grpc::StatusCode::INVALID_ARGUMENT,
                   "a SourceChunk has both words and text; send one of them"};
@@ -288,13 +351,14 @@ class StreamReactor final
   std::string carry_;                              // a UTF-8 character cut there (its first bytes)
   bool source_ended_ = false;
   bool long_form_ = false;
+  int64_t source_bytes_ = 0;  // words and text received in all
 };
 
 class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<StreamResponse>> {
  public:
   GenerateReactor(Service& service, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& request)
-      : PipedReactor(service) {
+      : PipedReactor(service, *context) {
     grpc::Status status = service.Authenticate(*context);
     if (status.ok()) status = Start(service, request);
     if (!status.ok()) pipe_->Fail(status);
@@ -321,6 +385,7 @@ class GenerateReactor final : public PipedReactor<grpc::ServerWriteReactor<Strea
     }
     auto config = ToEngineConfig(request.config(), service.config(), /*batch=*/true);
     if (!config.ok()) return ToGrpc(config.status());
+    if (grpc::Status s = AdmitOnConnection(service, scope_, peer_); !s.ok()) return s;
     auto handle = OpenSession(service, *config, pipe_);
     if (!handle.ok()) return ToGrpc(handle.status());
     scope_.SetSession(*handle);

@@ -28,7 +28,9 @@ struct ServiceConfig {
   int max_word_bytes = 1024;            // bytes in one word
   int max_segment_words = 1000;         // a long-form session's max_segment_words at most
   int max_queued_events = 1024;         // per session; beyond: RESOURCE_EXHAUSTED
-  std::string auth_token;               // non-empty: "authorization: Bearer <token>" required
+  int max_sessions_per_connection = 0;  // open sessions of one client connection; 0: no limit
+  int64_t max_session_source_bytes = 16 << 20;  // bytes of source one session sends in all
+  std::string auth_token;  // non-empty: "authorization: Bearer <token>" required
   // LoRA adapters (ListModels); the merged one, if any, is what every session runs.
   struct Adapter {
     std::string name;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -34,6 +35,7 @@ class ServerTest : public ::testing::Test {
     engine_config.kv_blocks = kv_blocks;
     engine_config.max_sessions = max_sessions;
     engine_config.on_step = [this](int64_t tokens) { metrics_->ObserveStep(tokens); };
+    if (tune_engine_) tune_engine_(engine_config);
     metrics_ = std::make_unique<Metrics>("tiny");
     auto engine = engine::Engine::Create(model_, engine_config);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -88,6 +90,8 @@ class ServerTest : public ::testing::Test {
     return false;
   }
 
+  // Set before Start: changes the engine's configuration (e.g. its limits).
+  std::function<void(engine::EngineConfig&)> tune_engine_;
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Metrics> metrics_;
   std::shared_ptr<engine::Engine> engine_;
