@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,12 @@ struct Example {
   std::string source;
   std::string reference;
 };
+
+// Parses a data set's JSON text (a JSON array of objects with string fields `source_key` and
+// `target_key`); `name` names it in errors (the entry point for fuzzing).
+absl::StatusOr<std::vector<Example>> ParseDataset(std::string_view text, const std::string& name,
+                                                  const std::string& source_key,
+                                                  const std::string& target_key);
 
 // Reads `path`. Errors name the file and, for a bad item, its index and the keys it lacks.
 absl::StatusOr<std::vector<Example>> LoadDataset(const std::string& path,
