@@ -19,13 +19,12 @@ inline std::string_view Bytes(const uint8_t* data, size_t size) {
 }
 
 // A broken promise: print it and abort (libFuzzer saves the input as a crash).
-#define FUZZ_CHECK(condition)                                                     \
-  do {                                                                            \
-    if (!(condition)) {                                                           \
-      std::fprintf(stderr, "FUZZ_CHECK failed: %s (%s:%d)\n", #condition, __FILE__, \
-                   __LINE__);                                                     \
-      std::abort();                                                               \
-    }                                                                             \
+#define FUZZ_CHECK(condition)                                                                  \
+  do {                                                                                         \
+    if (!(condition)) {                                                                        \
+      std::fprintf(stderr, "FUZZ_CHECK failed: %s (%s:%d)\n", #condition, __FILE__, __LINE__); \
+      std::abort();                                                                            \
+    }                                                                                          \
   } while (0)
 
 // The built-in model's tokenizer (a byte-level BPE with added tokens), loaded once.

@@ -78,25 +78,23 @@ def main():
         with open(out, encoding="utf-8") as f:
             outputs = [json.loads(line)["output"] for line in f]
 
+        def simuleval(source, output_dir, *extra):
+            return run(sys.executable, "-m", "simuleval.cli",
+                       "--agent", gpeserve.simuleval_agent.__file__, "--source", source,
+                       "--target", tgt, "--output", output_dir, "--no-use-ref-len",
+                       "--quality-metrics", "BLEU", "--latency-metrics", "AL", "LAAL",
+                       "--no-progress-bar", "--server", server.address,
+                       "--wait-k", str(a.wait_k), "--max-new-tokens", "80", *extra)
+
         output_dir = os.path.join(a.work, "simuleval")
-        r = run(sys.executable, "-m", "simuleval.cli",
-                "--agent", gpeserve.simuleval_agent.__file__,
-                "--source", src, "--target", tgt, "--output", output_dir, "--no-use-ref-len",
-                "--quality-metrics", "BLEU", "--latency-metrics", "AL", "LAAL",
-                "--no-progress-bar", "--server", server.address, "--wait-k", str(a.wait_k),
-                "--max-new-tokens", "80", "--end-unit", END_UNIT)
+        r = simuleval(src, output_dir, "--end-unit", END_UNIT)
         check("simuleval runs the agent", r.returncode == 0, r.stderr[-2000:])
         # Without the end unit (SimulEval's own units): the last word and the end go together.
         plain_src = os.path.join(a.work, "src-plain.txt")
         with open(plain_src, "w", encoding="utf-8") as f:
             f.writelines(item["en"] + "\n" for item in items)
         plain_dir = os.path.join(a.work, "simuleval-plain")
-        r = run(sys.executable, "-m", "simuleval.cli",
-                "--agent", gpeserve.simuleval_agent.__file__,
-                "--source", plain_src, "--target", tgt, "--output", plain_dir, "--no-use-ref-len",
-                "--quality-metrics", "BLEU", "--latency-metrics", "AL", "LAAL",
-                "--no-progress-bar", "--server", server.address, "--wait-k", str(a.wait_k),
-                "--max-new-tokens", "80", timeout=600)
+        r = simuleval(plain_src, plain_dir)
         check("simuleval runs the agent without --end-unit", r.returncode == 0, r.stderr[-2000:])
     finally:
         server.stop()
