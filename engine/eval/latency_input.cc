@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "engine/eval/latency.h"
@@ -25,6 +26,17 @@ std::vector<std::pair<size_t, std::string_view>> Lines(std::string_view text) {
   return lines;
 }
 
+// `line`[key] as an integer (0 when absent): a number that is not one (3e115, 1.5) is an error,
+// never a conversion out of range.
+int64_t Integer(const nlohmann::json& line, const char* key) {
+  const auto it = line.find(key);
+  if (it == line.end()) return 0;
+  if (!it->is_number_integer()) {
+    throw std::invalid_argument(absl::StrCat("\"", key, "\" must be an integer"));
+  }
+  return it->get<int64_t>();
+}
+
 // A gpe-client --log: per sentence session, and per segment of a long-form one, ideal AL/LAAL
 // from the server's delays and computation-aware AL/LAAL from the client's receipt of each
 // completed word against the source as the client sent it (one word every
@@ -41,7 +53,7 @@ class StepLogScorer {
     Session& s = sessions_[id];
     if (kind == "start") {
       s.started = true;
-      s.words = line.value("source_words", int64_t{0});
+      s.words = Integer(line, "source_words");
       const double wps = line.value("words_per_second", 0.0);
       s.unit_ms = wps > 0 ? 1000.0 / wps : 0.0;
       s.token_split = line.value("split", std::string("word")) == "token";
@@ -51,18 +63,18 @@ class StepLogScorer {
     const double at = line.value("client_elapsed_ms", 0.0);
     if (kind == "delta") {
       if (line.value("word_complete", false)) {
-        s.word_ms[line.value("segment", int64_t{0})].push_back(at);
+        s.word_ms[Integer(line, "segment")].push_back(at);
       }
     } else if (kind == "segment") {
-      const int64_t index = line.value("segment", int64_t{0});
-      const double offset = static_cast<double>(line.value("first_word", int64_t{0})) * s.unit_ms;
-      Score(id, index, line, static_cast<double>(line.value("source_units", int64_t{0})),
-            s.word_ms[index], at, offset, s.unit_ms);
+      const int64_t index = Integer(line, "segment");
+      const double offset = static_cast<double>(Integer(line, "first_word")) * s.unit_ms;
+      Score(id, index, line, static_cast<double>(Integer(line, "source_units")), s.word_ms[index],
+            at, offset, s.unit_ms);
       s.word_ms.erase(index);
     } else if (kind == "done") {
-      if (line.value("segments", int64_t{0}) == 0) {  // a sentence session
-        const double x = s.token_split ? static_cast<double>(line.value("source_units", int64_t{0}))
-                                       : static_cast<double>(s.words + 1);
+      if (Integer(line, "segments") == 0) {  // a sentence session
+        const double x = s.token_split ? static_cast<double>(Integer(line, "source_units"))
+                                       : static_cast<double>(s.words) + 1;
         Score(id, std::nullopt, line, x, s.word_ms[0], at, 0, s.unit_ms);
       }
     }
@@ -128,6 +140,8 @@ absl::StatusOr<LatencyScores> ScoreLatencyInput(std::string_view text, const std
           problem = scorer.Add(row);
         } catch (const nlohmann::json::exception& e) {
           problem = std::string("a field has the wrong type: ") + e.what();
+        } catch (const std::invalid_argument& e) {
+          problem = e.what();
         }
       }
       if (problem) return error(number, *problem);
