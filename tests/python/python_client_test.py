@@ -25,24 +25,17 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from server_process_test import Server  # noqa: E402
+from server_process_test import FAILURES, Server, check  # noqa: E402
 
 import gpeserve  # noqa: E402
 from gpeserve import AsyncClient, Client  # noqa: E402
 
-FAILURES = []
 
 SENTENCES = [
     "the speaker said that our city will build a new bridge",
     "Do I see his bird?",
     "Ten friends buy a letter.",
 ]
-
-
-def check(name, condition, detail=""):
-    print(("ok   " if condition else "FAIL ") + name + ("" if condition else f": {detail}"))
-    if not condition:
-        FAILURES.append(name)
 
 
 def expect_error(name, error_class, call, pattern=""):

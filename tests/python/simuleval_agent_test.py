@@ -20,18 +20,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from server_process_test import Server  # noqa: E402
+from server_process_test import FAILURES, Server, check  # noqa: E402
 
 import gpeserve.simuleval_agent  # noqa: E402
 
-FAILURES = []
 END_UNIT = "</end>"
-
-
-def check(name, condition, detail=""):
-    print(("ok   " if condition else "FAIL ") + name + ("" if condition else f": {detail}"))
-    if not condition:
-        FAILURES.append(name)
 
 
 def run(*args, timeout=900):
