@@ -14,7 +14,8 @@ endfunction()
 
 # gpeserve_add_test(path/to/foo_test.cc DEPS lib... [LABELS label...] [TIMEOUT seconds])
 # Builds one GoogleTest binary named after the file (foo_test) and registers it with ctest
-# under the same name. Labels: `slow` (long-running), `cuda` (needs a GPU).
+# under the same name. Labels: `slow` (long-running), `cuda` (needs a GPU); every test without
+# `cuda` is also labelled `gtest` and built by the target `gtests` (scripts/sanitize asan).
 function(gpeserve_add_test file)
   cmake_parse_arguments(ARG "" "TIMEOUT" "DEPS;LABELS;ARGS" ${ARGN})
   get_filename_component(name "${file}" NAME_WE)
@@ -24,9 +25,12 @@ function(gpeserve_add_test file)
     GPESERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     GPESERVE_SHARED_DIR="${GPESERVE_SHARED_DIR}")
   add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
-  if(ARG_LABELS)
-    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  set(labels ${ARG_LABELS})
+  if(NOT "cuda" IN_LIST labels)
+    list(APPEND labels gtest)
+    set_property(GLOBAL APPEND PROPERTY GPESERVE_GTESTS ${name})
   endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}")
   if(ARG_TIMEOUT)
     set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
   endif()

@@ -71,7 +71,7 @@ Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() {
   {
-    absl::MutexLock lock(&impl_->mu);
+    MutexLock lock(&impl_->mu);
     impl_->stop = true;
   }
   if (impl_->thread.joinable()) impl_->thread.join();
@@ -80,7 +80,7 @@ void Engine::Shutdown() {
 int64_t Engine::total_blocks() const { return impl_->allocator->total_blocks(); }
 
 EngineStats Engine::stats() const {
-  absl::MutexLock lock(&impl_->mu);
+  MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 
@@ -114,7 +114,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
   live->report_waiting = config.report_waiting;
   int64_t id;
   {
-    absl::MutexLock lock(&impl_->mu);
+    MutexLock lock(&impl_->mu);
     if (impl_->stop) return absl::UnavailableError("the engine is shutting down");
     if (impl_->open >= impl_->config.max_sessions) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -138,7 +138,7 @@ absl::StatusOr<std::shared_ptr<SessionHandle>> Engine::Open(const SessionConfig&
 void Engine::Post(int64_t id, CommandKind kind, std::vector<std::string> words,
                   absl::Status status) {
   {
-    absl::MutexLock lock(&impl_->mu);
+    MutexLock lock(&impl_->mu);
     if (impl_->stop) return;
     Impl::Command command;
     command.id = id;
@@ -214,7 +214,7 @@ void Engine::Impl::Finish(int64_t id, SessionEvent event) {
   live->session->Release(*allocator);
   counters.source_tokens += live->session->counters().source_tokens;
   {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     --open;
   }
   Publish();  // the final event's reader sees the blocks freed
@@ -253,7 +253,7 @@ bool Engine::Impl::Drain() {
   const std::optional<double> idle_in = ExpireIdle();
   std::deque<Command> commands;
   {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
       return s.second->session->state() != session::SegmentedSession::State::kWaiting;
     });
@@ -342,7 +342,7 @@ void Engine::Impl::ReportWaiting() {
 }
 
 void Engine::Impl::Publish() {
-  absl::MutexLock lock(&mu);
+  MutexLock lock(&mu);
   stats = counters;
   stats.sessions_running = stats.sessions_waiting = 0;
   for (const auto& [id, live] : sessions) {
@@ -389,7 +389,7 @@ void Engine::Impl::EndAll() {
   }
   std::deque<Command> queued;
   {
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     queued.swap(inbox);
   }
   // Callbacks run without the lock: a consumer may call the engine back.

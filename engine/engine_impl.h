@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/scheduler/long_read_pacer.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/util/mutex.h"
 
 namespace gpeserve::kv {
 class KvPool;
@@ -89,7 +89,7 @@ struct Engine::Impl {
   std::thread thread;
 
   // The loop waits on `mu` for commands (Mutex::Await: no condition variable to notify).
-  mutable absl::Mutex mu;
+  mutable Mutex mu;
   std::deque<Command> inbox ABSL_GUARDED_BY(mu);
   bool stop ABSL_GUARDED_BY(mu) = false;
   int64_t open ABSL_GUARDED_BY(mu) = 0;  // sessions opened and not yet finished

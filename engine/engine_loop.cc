@@ -76,7 +76,7 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
   if (!pool.ok()) return pool.status();
   impl.pool = std::make_unique<kv::KvPool>(*std::move(pool));
   {
-    absl::MutexLock lock(&impl.mu);
+    MutexLock lock(&impl.mu);
     impl.stats.kv = impl.allocator->stats();
   }
   const model::Model* m = engine->model_.get();

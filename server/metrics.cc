@@ -148,7 +148,7 @@ std::string Metrics::Render() {
   {
     // One scrape at a time reads and counts the engine's statistics: two interleaved ones could
     // move the counters' baseline back and count the same tokens twice.
-    absl::MutexLock lock(&stats_mu_);
+    MutexLock lock(&stats_mu_);
     if (stats_source_) UpdateLocked(stats_source_());
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -197,7 +197,7 @@ void Metrics::LimitHit(const std::string& limit) {
 }
 
 void Metrics::SetStatsSource(std::function<engine::EngineStats()> source) {
-  absl::MutexLock lock(&stats_mu_);
+  MutexLock lock(&stats_mu_);
   if (source) last_ = source();
   stats_source_ = std::move(source);
 }

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
+#include "engine/util/mutex.h"
 #include "server/metrics_http.h"
 
 namespace prometheus {
@@ -111,7 +111,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* limit_hits_;
   std::map<std::string, prometheus::Counter*> limit_counters_;  // by limit
   // One scrape at a time reads and counts the engine's statistics.
-  absl::Mutex stats_mu_;
+  Mutex stats_mu_;
   std::function<engine::EngineStats()> stats_source_ ABSL_GUARDED_BY(stats_mu_);
   engine::EngineStats last_ ABSL_GUARDED_BY(stats_mu_);
   // Last: destroyed (its thread stopped) before the families its scrapes read.

@@ -19,12 +19,12 @@ int64_t Pipe::SessionMicros(Clock::time_point now) const {
 }
 
 void Pipe::SetAdapter(const std::string& adapter) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   series_ = metrics_ != nullptr ? &metrics_->Series(adapter) : nullptr;
 }
 
 void Pipe::SourceArrived(size_t units) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (units > 0 && !first_arrival_) first_arrival_ = Clock::now();
 }
 
@@ -32,7 +32,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
   const Clock::time_point now = Clock::now();
   Action action;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (end_ || ended_) return true;  // the call is ending; nothing more goes out
     switch (e.kind) {
       case engine::SessionEvent::Kind::kTokens:
@@ -61,6 +61,14 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
           Metrics::ObserveQueueTime(*series_, e.queue_seconds);
           Metrics::SessionFinished(*series_, engine::FinishReasonName(e.reason));
         }
+        if (e.reason == engine::FinishReason::kCancelled) {
+          // Not a completion: the client went away, or the server or engine ended the session
+          // (whoever did has usually failed the call first). Never an OK status.
+          end_ = e.status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                              "the session was cancelled before it ended")
+                               : ToGrpc(e.status);
+          break;
+        }
         // Words the pipe saw complete have their times; the rest (a final word completed by
         // the end of the session) end now.
         std::vector<double> delays_ms(e.delays.size(), MsSinceFirstArrival(now));
@@ -85,7 +93,7 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
 void Pipe::Fail(const grpc::Status& status) {
   Action action;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!end_) end_ = status;
     action = Next();
   }
@@ -95,7 +103,7 @@ void Pipe::Fail(const grpc::Status& status) {
 void Pipe::OnWriteDone(bool ok) {
   Action action;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (!ok) {  // the client is gone
@@ -108,7 +116,7 @@ void Pipe::OnWriteDone(bool ok) {
 }
 
 void Pipe::Detach() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   sink_ = nullptr;
   ended_ = true;
 }

@@ -14,8 +14,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
+#include "engine/util/mutex.h"
 #include "gpeserve/v1/gpeserve.pb.h"
 #include "grpcpp/support/status.h"
 #include "server/metrics.h"
@@ -79,7 +79,7 @@ class Pipe {
   Metrics* const metrics_;
   const size_t max_queued_;
   const Clock::time_point opened_ = Clock::now();
-  absl::Mutex mu_;
+  Mutex mu_;
   Sink* sink_ ABSL_GUARDED_BY(mu_);  // null after Detach
   // Front is being written if writing_.
   std::deque<v1::StreamResponse> queue_ ABSL_GUARDED_BY(mu_);

@@ -5,9 +5,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/eval/words.h"
 #include "engine/tokenizer/unicode.h"
+#include "engine/util/mutex.h"
 #include "server/convert.h"
 #include "server/pipe.h"
 
@@ -35,7 +35,7 @@ absl::StatusOr<std::string> TakeWholeCharacters(std::string_view text, std::stri
 // ---- Calls and sessions -------------------------------------------------------------------------
 
 struct Service::CallRegistry {
-  absl::Mutex mu;
+  Mutex mu;
   int64_t calls ABSL_GUARDED_BY(mu) = 0;
   std::map<const void*, std::shared_ptr<engine::SessionHandle>> open ABSL_GUARDED_BY(mu);
   // Calls with a session, per client connection (gRPC's peer: address and port).
@@ -89,11 +89,11 @@ class CallScope {
  public:
   explicit CallScope(std::shared_ptr<Service::CallRegistry> registry)
       : registry_(std::move(registry)) {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     ++registry_->calls;
   }
   ~CallScope() {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     --registry_->calls;
     registry_->open.erase(this);
     ReleaseConnectionLocked();
@@ -101,13 +101,13 @@ class CallScope {
   // The call's session no longer counts against its connection (idempotent): before the call's
   // status goes out, so that a client that saw it may open the next session at once.
   void ReleaseConnection() {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     ReleaseConnectionLocked();
   }
   // Counts the call's session against its connection's limit (0: none): RESOURCE_EXHAUSTED
   // when the connection has `limit` already.
   grpc::Status AdmitOnConnection(const std::string& peer, int limit) {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     int& open = registry_->per_connection[peer];
     if (limit > 0 && open >= limit) {
       if (open == 0) registry_->per_connection.erase(peer);
@@ -122,13 +122,13 @@ class CallScope {
     return grpc::Status::OK;
   }
   void SetSession(std::shared_ptr<engine::SessionHandle> handle) {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     registry_->open[this] = std::move(handle);
   }
   void Cancel() {
     std::shared_ptr<engine::SessionHandle> handle;
     {
-      absl::MutexLock lock(&registry_->mu);
+      MutexLock lock(&registry_->mu);
       auto it = registry_->open.find(this);
       if (it != registry_->open.end()) handle = it->second;
     }
@@ -210,8 +210,7 @@ class StreamReactor final
                                  "the request stream ended before a SessionConfig"));
       } else if (!source_ended_) {
         if (grpc::Status s = FlushText(); !s.ok()) {
-          scope_.Cancel();
-          pipe_->Fail(s);
+          Refuse(s);
           return;
         }
         EndSource();
@@ -221,14 +220,20 @@ class StreamReactor final
     grpc::Status s = CheckMessageSize(request_.ByteSizeLong(), service_.config());
     if (s.ok()) s = Handle(request_);
     if (!s.ok()) {
-      scope_.Cancel();
-      pipe_->Fail(s);
+      Refuse(s);
       return;
     }
     StartRead(&request_);
   }
 
  private:
+  // Ends the call with `status` and cancels its engine session, in this order: the session's
+  // cancelled-done event must find the call already failed (else its status would race it).
+  void Refuse(const grpc::Status& status) {
+    pipe_->Fail(status);
+    scope_.Cancel();
+  }
+
   grpc::Status Handle(const StreamRequest& request) {
     const ServiceConfig& config = service_.config();
     switch (request.kind_case()) {
@@ -457,14 +462,14 @@ void Service::StopAccepting() { accepting_ = false; }
 void Service::AbortAll(const absl::Status& status) {
   std::vector<std::shared_ptr<engine::SessionHandle>> handles;
   {
-    absl::MutexLock lock(&registry_->mu);
+    MutexLock lock(&registry_->mu);
     for (const auto& [call, handle] : registry_->open) handles.push_back(handle);
   }
   for (const auto& handle : handles) handle->Abort(status);
 }
 
 int64_t Service::active_calls() const {
-  absl::MutexLock lock(&registry_->mu);
+  MutexLock lock(&registry_->mu);
   return registry_->calls;
 }
 

@@ -225,8 +225,13 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   auto config = LoadModelConfig(dir);
   if (!config.ok()) return config.status();
   if (device->is_cpu()) {
-    const int threads = options.threads > 0 ? options.threads
-                                            : static_cast<int>(std::thread::hardware_concurrency());
+    int threads = options.threads > 0 ? options.threads
+                                      : static_cast<int>(std::thread::hardware_concurrency());
+#if defined(GPESERVE_TSAN)
+    // ThreadSanitizer cannot see the fork and join of OpenMP (Debian's libgomp is not
+    // instrumented): a sanitizer build computes on one thread (scripts/sanitize tsan).
+    threads = 1;
+#endif
     torch::set_num_threads(std::max(1, threads));
   }
 

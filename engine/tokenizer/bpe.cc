@@ -195,7 +195,7 @@ void BpeModel::MergeAll(std::vector<int32_t>* symbols) const {
 }
 
 void BpeModel::ClearCache() const {
-  absl::MutexLock lock(&cache_mutex_);
+  MutexLock lock(&cache_mutex_);
   cache_.clear();
 }
 
@@ -209,7 +209,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
   }
   const bool cacheable = word.size() < kMaxCachedWordBytes;
   if (cacheable) {
-    absl::MutexLock lock(&cache_mutex_);
+    MutexLock lock(&cache_mutex_);
     const auto it = cache_.find(absl::string_view(word.data(), word.size()));
     if (it != cache_.end()) {
       ids->insert(ids->end(), it->second.begin(), it->second.end());
@@ -222,7 +222,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const 
   MergeAll(&symbols);
   ids->insert(ids->end(), symbols.begin(), symbols.end());
   if (cacheable) {
-    absl::MutexLock lock(&cache_mutex_);
+    MutexLock lock(&cache_mutex_);
     if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::move(symbols));
   }
 }

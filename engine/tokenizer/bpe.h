@@ -16,8 +16,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/tokenizer/json_util.h"
+#include "engine/util/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::tokenizer {
@@ -73,7 +73,7 @@ class BpeModel {
   // ---- Cache of whole words (does not change results) ----
   static constexpr size_t kCacheCapacity = 10000;
   static constexpr size_t kMaxCachedWordBytes = 256;
-  mutable absl::Mutex cache_mutex_;
+  mutable Mutex cache_mutex_;
   mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_
       ABSL_GUARDED_BY(cache_mutex_);
 };

@@ -32,6 +32,8 @@ absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view
   } catch (const nlohmann::json::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(name), ": not valid JSON at byte ", e.byte, ": ", e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond a double's range
+    return absl::InvalidArgumentError(absl::StrCat(std::string(name), ": ", e.what()));
   }
 }
 

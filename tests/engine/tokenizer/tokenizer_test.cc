@@ -169,6 +169,16 @@ TEST(TokenizerTest, LoadErrorsNameFileAndJsonPath) {
   }
 }
 
+// A fuzz finding (tests/fuzz/corpus/tokenizer_json/number_overflow.json): a number beyond a
+// double's range made the JSON parser throw out_of_range, which escaped as a crash.
+TEST(TokenizerTest, NumberBeyondDoubleRangeIsAnError) {
+  auto tok = Tokenizer::FromJson(R"({"version": 1e99999})", "t.json", "", "");
+  ASSERT_FALSE(tok.ok());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument) << tok.status();
+  EXPECT_NE(tok.status().message().find("t.json: "), std::string::npos) << tok.status();
+  EXPECT_NE(tok.status().message().find("number overflow"), std::string::npos) << tok.status();
+}
+
 TEST(TokenizerTest, FileErrorsNameTheFile) {
   auto missing = Tokenizer::Load("/nonexistent/model");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
