@@ -250,8 +250,17 @@ std::optional<double> Engine::Impl::ExpireIdle() {
 }
 
 bool Engine::Impl::Drain() {
-  const std::optional<double> idle_in = ExpireIdle();
   std::deque<Command> commands;
+  {
+    MutexLock lock(&mu);
+    if (stop) return false;
+    commands.swap(inbox);
+  }
+  // Commands first: a word that came in during the last step keeps its session from expiring.
+  for (Command& command : commands) Apply(command);
+  const std::optional<double> idle_in = ExpireIdle();
+  // Round the loop before any sleep: the waiting reports of the sessions just changed go out.
+  if (!commands.empty()) return true;
   {
     MutexLock lock(&mu);
     const bool idle = std::none_of(sessions.begin(), sessions.end(), [](const auto& s) {
@@ -282,7 +291,9 @@ void Engine::Impl::Apply(Command& command) {
   if (command.kind == CommandKind::kPush || command.kind == CommandKind::kBoundary ||
       command.kind == CommandKind::kEnd) {
     live.waiting_reported = false;
-    live.last_command = std::chrono::steady_clock::now();
+    // When the client sent it, not when the loop got to it.
+    live.last_command =
+        std::chrono::steady_clock::time_point(std::chrono::microseconds(command.stamp));
   }
   switch (command.kind) {
     case CommandKind::kPush:

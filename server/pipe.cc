@@ -33,6 +33,12 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
   Action action;
   {
     MutexLock lock(&mu_);
+    // A session's end counts whether or not its call is still there to hear of it (a client
+    // gone mid-write, a call refused before the engine's cancel came back).
+    if (e.kind == engine::SessionEvent::Kind::kDone ||
+        e.kind == engine::SessionEvent::Kind::kError) {
+      ObserveEnd(now, e);
+    }
     if (end_ || ended_) return true;  // the call is ending; nothing more goes out
     switch (e.kind) {
       case engine::SessionEvent::Kind::kTokens:
@@ -55,12 +61,6 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
         queue_.push_back(ToSegmentResponse(e));
         break;
       case engine::SessionEvent::Kind::kDone: {
-        if (series_ != nullptr) {
-          Metrics::ObserveSessionLatency(*series_,
-                                         std::chrono::duration<double>(now - opened_).count());
-          Metrics::ObserveQueueTime(*series_, e.queue_seconds);
-          Metrics::SessionFinished(*series_, engine::FinishReasonName(e.reason));
-        }
         if (e.reason == engine::FinishReason::kCancelled) {
           // Not a completion: the client went away, or the server or engine ended the session
           // (whoever did has usually failed the call first). Never an OK status.
@@ -80,7 +80,6 @@ bool Pipe::OnEvent(const engine::SessionEvent& e) {
         break;
       }
       case engine::SessionEvent::Kind::kError:
-        if (series_ != nullptr) Metrics::SessionFinished(*series_, "error");
         end_ = ToGrpc(e.status);
         break;
     }
@@ -141,6 +140,17 @@ void Pipe::Perform(const Action& action) {
   } else if (action.end) {
     action.sink->End(*action.end);
   }
+}
+
+void Pipe::ObserveEnd(Clock::time_point now, const engine::SessionEvent& e) {
+  if (series_ == nullptr) return;
+  if (e.kind == engine::SessionEvent::Kind::kError) {
+    Metrics::SessionFinished(*series_, "error");
+    return;
+  }
+  Metrics::ObserveSessionLatency(*series_, std::chrono::duration<double>(now - opened_).count());
+  Metrics::ObserveQueueTime(*series_, e.queue_seconds);
+  Metrics::SessionFinished(*series_, engine::FinishReasonName(e.reason));
 }
 
 void Pipe::ObserveTokens(Clock::time_point now, size_t count) {

@@ -69,6 +69,9 @@ class Pipe {
   Action Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Perform(const Action& action);
   void ObserveTokens(Clock::time_point now, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session's end (kDone, kError) in the metrics.
+  void ObserveEnd(Clock::time_point now, const engine::SessionEvent& e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A target word ended (event `e`: its units read, its lag).
   void ObserveWord(Clock::time_point now, const engine::SessionEvent& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

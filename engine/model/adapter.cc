@@ -8,7 +8,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "engine/model/model.h"
 #include "engine/model/model_folder.h"
 #include "engine/model/safetensors.h"
@@ -18,10 +17,6 @@ namespace {
 
 // PEFT's prefix of every tensor of a causal-LM adapter.
 constexpr char kPrefix[] = "base_model.model.";
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 // The adapter file's tensors by name, each taken at most once.
 class AdapterTensors {

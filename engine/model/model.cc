@@ -16,10 +16,6 @@
 namespace gpeserve::model {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Finds tensors by name across the checkpoint's files (one file, or the shards of an index).
 class WeightSource {
  public:

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::model {
@@ -23,6 +24,10 @@ absl::Status Corrupt(std::string_view file, std::string_view message) {
 }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "F32") return DType::kF32;

@@ -33,6 +33,9 @@ struct TensorInfo {
   int64_t numel() const;
 };
 
+// "[d0, d1, ...]": a shape as error messages print it.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 // Validates a whole safetensors file held in memory and lists its tensors (sorted by name).
 // Errors (InvalidArgument / DataLoss / Unimplemented) name `file_name` and, where it applies,
 // the tensor: truncated file, header length past the end, header not JSON, unknown dtype,

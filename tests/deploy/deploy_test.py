@@ -15,6 +15,7 @@ Standard library and PyYAML only; sessions and health checks use gpe-client.
 """
 
 import argparse
+import collections
 import concurrent.futures
 import json
 import os
@@ -402,6 +403,19 @@ def check_scale_out(r, args, procs, dashboard, adapter_source):
     bad = {name: {k: v for k, v in reasons.items() if k not in NORMAL_ENDS and v}
            for name, reasons in after.items()}
     r.check("no session ended in error or cancelled", not any(bad.values()), str(bad))
+
+    # nginx logs each call's grpc-status: from the trailers after responses, and from the headers
+    # of a call refused before any (trailers-only).
+    refused = subprocess.run([args.client, "stream", "--server", f"127.0.0.1:{nginx_port}",
+                              "--text", SOURCES[0], "--profile", "no-such-profile"],
+                             capture_output=True, text=True, timeout=60)
+    r.check("a session with an unknown profile is refused through nginx: INVALID_ARGUMENT",
+            refused.returncode != 0 and "INVALID_ARGUMENT" in refused.stderr, refused.stderr)
+    with open(os.path.join(work, "nginx", "access.log")) as f:
+        statuses = collections.Counter(
+            m.group(1) for m in re.finditer(r'/Stream HTTP/2.0" \d+ grpc-status=(\S+)', f.read()))
+    r.check("nginx's access log has each Stream call's grpc-status (20 OK, 1 INVALID_ARGUMENT)",
+            statuses == {"0": 20, "3": 1}, str(dict(statuses)))
 
     # Prometheus' view of both replicas equals their own counters.
     want = {f"127.0.0.1:{m}": sum(after[name].values()) for name, (_, m) in replicas.items()}

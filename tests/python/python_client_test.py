@@ -65,17 +65,24 @@ def metric_sum(text, name, labels=""):
 
 
 def wait_idle(server, cancelled_before, timeout=30):
-    """Polls /metrics until no session runs or waits and one more was cancelled."""
+    """Polls /metrics until no session runs or waits and one more was cancelled, or with
+    `cancelled_before` None until the cancelled count holds still over a poll; returns (whether
+    it came, what was last seen)."""
     deadline = time.time() + timeout
-    while time.time() < deadline:
+    last = None
+    while True:
         text = metrics(server)
-        if (metric_sum(text, "num_sessions_running") == 0 and
-                metric_sum(text, "num_sessions_waiting") == 0 and
-                metric_sum(text, "session_finished_total", 'reason="cancelled"') ==
-                cancelled_before + 1):
-            return True
+        seen = {"running": metric_sum(text, "num_sessions_running"),
+                "waiting": metric_sum(text, "num_sessions_waiting"),
+                "cancelled": metric_sum(text, "session_finished_total", 'reason="cancelled"'),
+                "cancelled before": cancelled_before}
+        want = last if cancelled_before is None else cancelled_before + 1
+        if seen["running"] == 0 and seen["waiting"] == 0 and seen["cancelled"] == want:
+            return True, seen
+        last = seen["cancelled"]
+        if time.time() > deadline:
+            return False, seen
         time.sleep(0.1)
-    return False
 
 
 def done_of(text):
@@ -254,7 +261,11 @@ def run(a, server, secured):
                  lambda: asyncio.run(async_error(server.address)), "wait_k")
 
     # ---- Cancellation frees the server's session ----
-    cancelled = metric_sum(metrics(server), "session_finished_total", 'reason="cancelled"')
+    # From a quiet server: the sessions of the error cases above (the deadline's, cancelled by
+    # the server) must be gone first, or their ends would count with this one's.
+    quiet, seen = wait_idle(server, None)
+    check("the error cases' sessions are gone from the server", quiet, seen)
+    cancelled = seen["cancelled"]
     session = client.stream(wait_k=1, max_new_tokens=40, report_waiting=True)
     session.push(words[:4])
     for message in session:
@@ -262,8 +273,9 @@ def run(a, server, secured):
             break
     running = metric_sum(metrics(server), "num_sessions_running")
     session.cancel()
-    check("cancel() frees the session on the server (sync)",
-          running == 1 and wait_idle(server, cancelled), running)
+    idle, seen = wait_idle(server, cancelled)
+    check("cancel() frees the session on the server (sync)", running == 1 and idle,
+          f"running before the cancel {running}; after: {seen}")
     expect_error("a cancelled session raises Cancelled", gpeserve.Cancelled, lambda: next(session))
 
     async def async_cancel():
@@ -277,7 +289,7 @@ def run(a, server, secured):
             s.cancel()
     cancelled = metric_sum(metrics(server), "session_finished_total", 'reason="cancelled"')
     asyncio.run(async_cancel())
-    check("cancel() frees the session on the server (asyncio)", wait_idle(server, cancelled))
+    check("cancel() frees the session on the server (asyncio)", *wait_idle(server, cancelled))
     client.close()
 
 

@@ -575,5 +575,45 @@ TEST(PipeTest, ObservesEachSessionInTheMetrics) {
   EXPECT_EQ(finished("de", "end_of_sequence"), 0) << text;
 }
 
+// A session's end counts in the metrics even when its call ended first: refused (Fail, then
+// the engine's cancelled end), a client gone mid-write, or the reactor already detached.
+TEST(PipeTest, EndsCountWhateverTheCallsState) {
+  Metrics metrics("m");
+  auto cancelled = [] {
+    SessionEvent done = Done({}, {});
+    done.reason = engine::FinishReason::kCancelled;
+    return done;
+  };
+  {
+    FakeSink sink;
+    Pipe pipe(&sink, &metrics, 16);
+    pipe.Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "refused"));
+    EXPECT_TRUE(pipe.OnEvent(cancelled()));
+    EXPECT_EQ(sink.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    FakeSink sink;
+    Pipe pipe(&sink, &metrics, 16);
+    EXPECT_TRUE(pipe.OnEvent(Tokens({1})));
+    pipe.OnWriteDone(false);  // the client is gone
+    EXPECT_TRUE(pipe.OnEvent(cancelled()));
+  }
+  {
+    FakeSink sink;
+    Pipe pipe(&sink, &metrics, 16);
+    pipe.Detach();
+    sink.Poison();
+    EXPECT_TRUE(pipe.OnEvent(Error(absl::InternalError("late"))));
+    EXPECT_EQ(sink.violations(), 0);
+  }
+  const std::string text = metrics.Render();
+  const std::string base = "{adapter=\"base\",model=\"m\"";
+  EXPECT_EQ(Sample(text, "gpeserve:session_finished_total" + base + ",reason=\"cancelled\"}"), 2)
+      << text;
+  EXPECT_EQ(Sample(text, "gpeserve:session_finished_total" + base + ",reason=\"error\"}"), 1)
+      << text;
+  EXPECT_EQ(Sample(text, "gpeserve:e2e_session_latency_seconds_count" + base + "}"), 2) << text;
+}
+
 }  // namespace
 }  // namespace gpeserve::server

@@ -122,5 +122,11 @@ TEST(SafetensorsTest, OpenMissingFileNamesIt) {
   EXPECT_NE(file.status().message().find("/nonexistent/model.safetensors"), std::string::npos);
 }
 
+TEST(SafetensorsTest, ShapeStringListsDimensions) {
+  EXPECT_EQ(ShapeString({}), "[]");
+  EXPECT_EQ(ShapeString({7}), "[7]");
+  EXPECT_EQ(ShapeString({2, 0, 151936}), "[2, 0, 151936]");
+}
+
 }  // namespace
 }  // namespace gpeserve::model
