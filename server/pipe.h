@@ -34,8 +34,9 @@ class Pipe {
     virtual void End(const grpc::Status& status) = 0;            // Finish
   };
 
-  // `metrics` may be null; a client more than `max_queued` responses behind gets its session
-  // cancelled.
+  // `metrics` may be null, or must outlive the engine's last event to this pipe (a session's
+  // end is counted even after Detach); a client more than `max_queued` responses behind gets
+  // its session cancelled.
   Pipe(Sink* sink, Metrics* metrics, size_t max_queued)
       : metrics_(metrics),
         max_queued_(max_queued),
