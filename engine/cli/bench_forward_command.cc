@@ -2,6 +2,9 @@
 // machine, next to the memory roofline measured in the same run, with the ratios the CPU
 // kernels are judged by (docs/model.md): each dtype's decode speed against fp32's, a decode
 // step of several rows against one row, all threads against fewer, prefill against fp32's.
+#include <torch/nn/functional/linear.h>
+#include <torch/utils.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>

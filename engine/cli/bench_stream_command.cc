@@ -3,6 +3,8 @@
 // (every write emits the same number of tokens per source word) so that the two paradigms do
 // the same reads and writes and differ only in what they compute.
 
+#include <torch/utils.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -5,7 +5,7 @@
 // Thread-safety: not thread-safe; used by the engine loop thread.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

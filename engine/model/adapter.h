@@ -10,7 +10,7 @@
 // std::shared_ptr<const Adapter>.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

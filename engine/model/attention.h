@@ -6,7 +6,7 @@
 // Thread-safety: an AttentionContext belongs to one forward call on one thread.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <map>

@@ -1,6 +1,8 @@
 #include "engine/model/linear.h"
 
 #include <ATen/Parallel.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 

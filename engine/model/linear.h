@@ -7,7 +7,7 @@
 // thread pool.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <string>
 #include <vector>

@@ -1,5 +1,8 @@
 #include "engine/model/model.h"
 
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>

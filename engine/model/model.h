@@ -8,7 +8,7 @@
 // thread pool is sized once, at load).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -11,7 +11,7 @@
 // Thread-safety: one instance per forward call, on the engine thread.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <map>

@@ -6,7 +6,7 @@
 // Thread-safety: immutable after construction.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <utility>
 

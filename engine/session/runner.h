@@ -7,7 +7,7 @@
 // another thread meanwhile.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <span>

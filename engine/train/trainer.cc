@@ -1,6 +1,7 @@
 #include "engine/train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,8 @@ torch::Tensor Trainable(const torch::Tensor& w) {
 }
 
 }  // namespace
+
+Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::shared_ptr<const model::Model> init,
                                                          const policy::Profile& profile,

@@ -34,6 +34,10 @@
 #include "engine/model/safetensors.h"
 #include "engine/policy/profile.h"
 
+namespace torch::optim {
+class AdamW;  // <torch/optim/adamw.h>, in trainer.cc only: it brings in torch::nn
+}  // namespace torch::optim
+
 namespace gpeserve::train {
 
 struct TrainConfig {
@@ -73,6 +77,7 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(std::shared_ptr<const model::Model> init,
                                                          const policy::Profile& profile,
                                                          const TrainConfig& config);
+  ~Trainer();  // in trainer.cc, where AdamW is complete
 
   // The batch-mode sequence of one example: prompt prefix, source words (with spaces as the
   // profile says), end, header, target, end-of-sequence; the loss covers the target and EOS.

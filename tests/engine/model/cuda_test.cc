@@ -2,6 +2,7 @@
 // too) computed on the GPU in fp32 equal the CPU's up to summation order, and in bf16 stay
 // within bf16's rounding. Label cuda: skipped (not failed) where no GPU is visible, so that a
 // CUDA build on a machine without one still passes.
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cstdio>

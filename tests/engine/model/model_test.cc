@@ -1,5 +1,6 @@
 #include "engine/model/model.h"
 
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <filesystem>

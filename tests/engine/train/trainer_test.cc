@@ -1,5 +1,6 @@
 #include "engine/train/trainer.h"
 
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cmath>
