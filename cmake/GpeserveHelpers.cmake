@@ -14,8 +14,10 @@ endfunction()
 
 # gpeserve_add_test(path/to/foo_test.cc DEPS lib... [TORCH] [LABELS label...] [TIMEOUT seconds])
 # Builds one GoogleTest binary named after the file (foo_test) and registers it with ctest
-# under the same name; TORCH: the file includes libtorch (gpeserve_use_torch_pch). Labels: `slow` (long-running), `cuda` (needs a GPU); every test without
-# `cuda` is also labelled `gtest` and built by the target `gtests` (scripts/sanitize asan).
+# under the same name; TORCH: the file includes libtorch (gpeserve_use_torch_pch). Labels: `slow`
+# (a minute or more), `cuda` (needs a GPU); every test without `cuda` is also labelled `gtest`
+# and built by the target `gtests` (scripts/sanitize asan), and every one without `slow` or
+# `cuda` is labelled `quick` (scripts/test --quick).
 function(gpeserve_add_test file)
   cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "DEPS;LABELS;ARGS" ${ARGN})
   get_filename_component(name "${file}" NAME_WE)
@@ -32,6 +34,9 @@ function(gpeserve_add_test file)
   if(NOT "cuda" IN_LIST labels)
     list(APPEND labels gtest)
     set_property(GLOBAL APPEND PROPERTY GPESERVE_GTESTS ${name})
+    if(NOT "slow" IN_LIST labels)
+      list(APPEND labels quick)
+    endif()
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${labels}")
   if(ARG_TIMEOUT)
@@ -40,8 +45,8 @@ function(gpeserve_add_test file)
 endfunction()
 
 # libtorch's headers cost 15-45 s in every translation unit that includes them. <torch/types.h>
-# is parsed once into a precompiled header, on the target gpeserve_torch_pch (defined by the top-level
-# CMakeLists.txt); gpeserve_use_torch_pch(TARGET) makes TARGET's C++ sources reuse it. GCC
+# is parsed once into a precompiled header, on the target gpeserve_torch_pch (defined by the
+# top-level CMakeLists.txt); gpeserve_use_torch_pch(TARGET) makes TARGET's C++ sources reuse it. GCC
 # uses a precompiled header only when the flags that shape it match (-Winvalid-pch says when
 # one does not): the consumer gets the host's OpenMP flags (_OPENMP changes ATen's headers),
 # and no target has flags of its own for position-independent code
