@@ -44,14 +44,14 @@ function(gpeserve_add_test file)
   endif()
 endfunction()
 
-# libtorch's headers cost 15-45 s in every translation unit that includes them. <torch/types.h>
-# is parsed once into a precompiled header, on the target gpeserve_torch_pch (defined by the
-# top-level CMakeLists.txt); gpeserve_use_torch_pch(TARGET) makes TARGET's C++ sources reuse it. GCC
-# uses a precompiled header only when the flags that shape it match (-Winvalid-pch says when
-# one does not): the consumer gets the host's OpenMP flags (_OPENMP changes ATen's headers),
-# and no target has flags of its own for position-independent code
-# (CMAKE_POSITION_INDEPENDENT_CODE is left unset, so libraries and executables compile alike).
-# GPESERVE_PCH=OFF compiles every source on its own (to check that each includes what it uses).
+# libtorch's headers cost 15-45 s in every translation unit that includes them. <torch/types.h> is
+# parsed once into a precompiled header, on the target gpeserve_torch_pch (defined by the
+# top-level CMakeLists.txt); gpeserve_use_torch_pch(TARGET) makes TARGET's C++ sources reuse it.
+# GCC uses a precompiled header only when the flags that shape it match (-Winvalid-pch says when
+# one does not): the consumer gets the host's OpenMP flags (_OPENMP changes ATen's headers), and
+# no target has flags of its own for position-independent code (CMAKE_POSITION_INDEPENDENT_CODE is
+# left unset, so libraries and executables compile alike). GPESERVE_PCH=OFF compiles every source
+# on its own (to check that each includes what it uses).
 function(gpeserve_use_torch_pch target)
   target_link_libraries(${target} PRIVATE OpenMP::OpenMP_CXX)
   if(GPESERVE_PCH)
