@@ -29,8 +29,8 @@ RUN CMAKE_ARGS="-DGPESERVE_BUILD_TESTS=OFF" scripts/setup
 FROM debian:bookworm-slim AS runtime
 COPY scripts/setup /tmp/setup
 RUN /tmp/setup --runtime-deps && rm -rf /var/lib/apt/lists/* /tmp/setup
-COPY --from=build /src/build/server/gpeserve /src/build/client/gpe-client /src/build/engine/cli/gpe \
-     /src/build/engine/cli/gpe-engine /usr/local/bin/
+COPY --from=build /src/build/server/gpeserve /src/build/client/gpe-client /src/build/cli/gpe \
+     /src/build/cli/gpe-engine /usr/local/bin/
 # Every library the binaries load must resolve here (the host's libcuda aside): a missing one
 # fails the build, not the first start.
 RUN if ldd /usr/local/bin/gpeserve /usr/local/bin/gpe-client /usr/local/bin/gpe \

@@ -2,7 +2,7 @@
 
 # gpeserve_add_library(NAME ROOM SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
 # Defines the library gpeserve_<ROOM> with the alias gpeserve::<ROOM>. Headers are included as
-# "engine/<room>/<file>.h" from the repository root.
+# "<folder>/<file>.h" from the repository root.
 function(gpeserve_add_library room)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   set(target gpeserve_${room})

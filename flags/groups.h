@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
-#include "engine/model/adapter_config.h"
+#include "engine/formats/adapter_config.h"
 #include "engine/model/options.h"
 #include "engine/sampler/sampler.h"
 #include "engine/session/segmented_session.h"

@@ -8,9 +8,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_folder.h"
-#include "engine/model/safetensors.h"
 
 namespace gpeserve::model {
 namespace {

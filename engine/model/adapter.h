@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/adapter_config.h"
-#include "engine/model/config.h"
+#include "engine/formats/adapter_config.h"
+#include "engine/formats/config.h"
 #include "engine/model/linear.h"
 
 namespace gpeserve::model {

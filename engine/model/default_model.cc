@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 
 // Defined by the generated default_model_data.S.
 extern "C" {

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/cpu_matmul.h"
+#include "engine/kernels/cpu_matmul.h"
 
 namespace gpeserve::model {
 namespace {

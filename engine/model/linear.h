@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 
 namespace gpeserve::model {
 

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/cpu_matmul.h"
+#include "engine/kernels/cpu_matmul.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::model {

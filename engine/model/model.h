@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/formats/config.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/adapter.h"
 #include "engine/model/attention.h"
-#include "engine/model/config.h"
 #include "engine/model/linear.h"
 #include "engine/model/options.h"
 #include "engine/model/rotary.h"
-#include "engine/model/safetensors.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace gpeserve::model {

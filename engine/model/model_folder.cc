@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 
 namespace gpeserve::model {
 

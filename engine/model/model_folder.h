@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "engine/model/config.h"
+#include "engine/formats/config.h"
 #include "engine/model/model.h"
 #include "nlohmann/json.hpp"
 

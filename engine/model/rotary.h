@@ -10,7 +10,7 @@
 
 #include <utility>
 
-#include "engine/model/config.h"
+#include "engine/formats/config.h"
 
 namespace gpeserve::model {
 

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/attention.h"
-#include "engine/model/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::train {

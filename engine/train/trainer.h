@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/adapter.h"
 #include "engine/model/model.h"
-#include "engine/model/safetensors.h"
 #include "engine/policy/profile.h"
 
 namespace torch::optim {

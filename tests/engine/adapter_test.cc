@@ -15,8 +15,8 @@
 
 #include "engine/engine.h"
 #include "engine/model/paged_attention.h"
-#include "engine/model/remove_tree.h"
 #include "engine/session/runner.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 

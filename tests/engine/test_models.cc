@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 

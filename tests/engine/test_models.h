@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/make_model.h"
+#include "cli/make_model.h"
 #include "engine/model/model.h"
 
 namespace gpeserve::testing {

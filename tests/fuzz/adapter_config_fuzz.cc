@@ -1,6 +1,6 @@
 // PEFT adapter_config.json parsing: arbitrary JSON is an adapter configuration or an error; one
 // written back (ToJson) parses again to one.
-#include "engine/model/adapter_config.h"
+#include "engine/formats/adapter_config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

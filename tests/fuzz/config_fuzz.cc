@@ -1,6 +1,6 @@
 // config.json parsing: arbitrary JSON is a configuration or an error; a configuration written
 // back (ToJson) parses again to one.
-#include "engine/model/config.h"
+#include "engine/formats/config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -2,7 +2,7 @@
 // overlap, and whose sizes match their shapes.
 #include <algorithm>
 
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,7 +11,7 @@
 #include "engine/model/adapter.h"
 #include "engine/model/attention.h"
 #include "engine/model/model.h"
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "engine/model/attention.h"
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 
 namespace gpeserve::model {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/cpu_matmul.h"
-#include "engine/model/make_model.h"
-#include "engine/model/quantize.h"
-#include "engine/model/remove_tree.h"
+#include "cli/make_model.h"
+#include "cli/quantize.h"
+#include "engine/kernels/cpu_matmul.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/make_model.h"
 #include "engine/kv/block_table.h"
-#include "engine/model/make_model.h"
 #include "engine/model/model.h"
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/tokenizer/test_tokenizers.h"
 

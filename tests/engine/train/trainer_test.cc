@@ -9,7 +9,7 @@
 #include <random>
 
 #include "engine/model/attention.h"
-#include "engine/model/remove_tree.h"
+#include "engine/util/remove_tree.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 

@@ -1,0 +1,474 @@
+// gpe bench: throughput and latency of the engine (continuous batching) as the number of
+// concurrent sessions grows. Every session streams the same kind of source (--words words,
+// all available at once) through the wait-k policy and writes --target_tokens tokens (greedy,
+// end-of-sequence ignored) so that every row does the same work per session.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "engine/eval/latency.h"
+#include "engine/model/adapter.h"
+#include "engine/model/model.h"
+#include "engine/util/remove_tree.h"
+#include "flags/groups.h"
+
+namespace gpeserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Row {
+  int sessions = 0;
+  double seconds = 0;
+  int64_t target_tokens = 0;
+  int64_t source_tokens = 0;
+  double ttft_p50 = 0, ttft_p99 = 0;  // ms from Open to the first token
+  double itl_p50 = 0, itl_p99 = 0;    // ms between consecutive tokens of a session
+  double tokens_per_step = 0;
+  double sessions_per_step = 0;
+  int64_t steps = 0;
+  std::vector<double> latencies;  // ms from Open to the final event, per session
+};
+
+// Runs `n` sessions at once on `engine` and measures them; session i runs adapter
+// adapters[i % size] (none: the base).
+absl::StatusOr<Row> RunRow(engine::Engine& eng, engine::SessionConfig config,
+                           const std::vector<std::string>& words, int n,
+                           const std::vector<std::string>& adapters = {}) {
+  struct Trace {
+    Clock::time_point open, end;
+    std::vector<Clock::time_point> tokens;  // arrival of each token (loop thread)
+    int64_t source_tokens = 0;
+    int64_t output_tokens = 0;
+    absl::Status status;
+    bool done = false;
+  };
+  std::vector<Trace> traces(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;  // guarded by mu
+  const engine::EngineStats before = eng.stats();
+  std::vector<std::shared_ptr<engine::SessionHandle>> handles;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    traces[i].open = Clock::now();
+    if (!adapters.empty()) config.adapter = adapters[i % adapters.size()];
+    auto handle = eng.Open(config, [&, i](const engine::SessionEvent& e) {
+      Trace& t = traces[i];
+      if (e.kind == engine::SessionEvent::Kind::kTokens) {
+        t.tokens.insert(t.tokens.end(), e.ids.size(), Clock::now());
+        return true;
+      }
+      t.end = Clock::now();
+      t.source_tokens = e.counters.source_tokens;
+      t.output_tokens = static_cast<int64_t>(e.output.size());
+      t.status = e.kind == engine::SessionEvent::Kind::kError ? e.status : absl::OkStatus();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        t.done = true;
+        ++finished;
+      }
+      cv.notify_one();
+      return true;
+    });
+    if (!handle.ok()) return handle.status();
+    (*handle)->Push(words);
+    (*handle)->EndSource();
+    handles.push_back(*handle);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == n; });
+  }
+  const Clock::time_point end = Clock::now();
+  const engine::EngineStats after = eng.stats();
+  Row row;
+  row.sessions = n;
+  row.seconds = std::chrono::duration<double>(end - start).count();
+  std::vector<double> ttft, itl;
+  for (const Trace& t : traces) {
+    if (!t.status.ok()) return t.status;
+    row.source_tokens += t.source_tokens;
+    row.target_tokens += t.output_tokens;
+    row.latencies.push_back(Ms(t.end - t.open));
+    if (t.tokens.empty()) continue;
+    ttft.push_back(Ms(t.tokens.front() - t.open));
+    for (size_t j = 1; j < t.tokens.size(); ++j) itl.push_back(Ms(t.tokens[j] - t.tokens[j - 1]));
+  }
+  row.ttft_p50 = eval::Percentile(ttft, 50);
+  row.ttft_p99 = eval::Percentile(ttft, 99);
+  row.itl_p50 = eval::Percentile(itl, 50);
+  row.itl_p99 = eval::Percentile(itl, 99);
+  const int64_t steps = after.steps - before.steps;
+  row.steps = steps;
+  row.tokens_per_step =
+      steps > 0 ? static_cast<double>(after.step_tokens - before.step_tokens) / steps : 0;
+  row.sessions_per_step =
+      steps > 0 ? static_cast<double>(after.step_sessions - before.step_sessions) / steps : 0;
+  return row;
+}
+
+// One session whose prompt (the instruction) has at least `tokens` tokens, reading it while the
+// short sessions come and go: its read is done at its first token.
+class LongPrompt {
+ public:
+  LongPrompt(engine::Engine& eng, engine::SessionConfig config, int64_t tokens) : eng_(eng) {
+    const tokenizer::Tokenizer& tok = *eng.model().tokenizer();
+    // Words of the instruction: grown until the prompt has `tokens` tokens.
+    auto prompt_tokens = [&](int words) {
+      std::string instruction;
+      for (const std::string& w : BenchSource(words)) absl::StrAppend(&instruction, w, " ");
+      config.options.profile.instruction = instruction;
+      return static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size());
+    };
+    int words = 1;
+    while (prompt_tokens(words) < tokens) words *= 2;
+    int low = words / 2;  // too few
+    while (low + 1 < words) {
+      const int middle = (low + words) / 2;
+      (prompt_tokens(middle) < tokens ? low : words) = middle;
+    }
+    prompt_tokens(words);
+    config.options.policy.max_new_tokens = 2;
+    config_ = config;
+    prompt_tokens_ = static_cast<int64_t>(tok.Encode(config.options.profile.Prefix())->size());
+  }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+
+  // Opens the session; Read() then tells whether its prompt has been read.
+  absl::Status Start() {
+    read_ = done_ = false;
+    start_ = Clock::now();
+    auto handle = eng_.Open(config_, [this](const engine::SessionEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!read_) read_at_ = Clock::now();
+      read_ = true;
+      if (e.kind != engine::SessionEvent::Kind::kTokens) done_ = true;
+      cv_.notify_all();
+      return true;
+    });
+    if (!handle.ok()) return handle.status();
+    (*handle)->Push({"hello", "world"});
+    (*handle)->EndSource();
+    return absl::OkStatus();
+  }
+  bool Read() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return read_;
+  }
+  // Waits for the session's end; returns ms from Start to the end of its read.
+  double Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    return Ms(read_at_ - start_);
+  }
+
+ private:
+  engine::Engine& eng_;
+  engine::SessionConfig config_;
+  int64_t prompt_tokens_ = 0;
+  Clock::time_point start_, read_at_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool read_ = false, done_ = false;  // guarded by mu_
+};
+
+// --long_prompt: the latency of short sessions alone and while one long prompt is being read.
+int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
+                      const std::vector<std::string>& source, const std::vector<int>& counts,
+                      int64_t long_tokens, int rounds) {
+  LongPrompt long_prompt(eng, config, long_tokens);
+  if (absl::Status s = long_prompt.Start(); !s.ok()) {
+    std::cerr << "gpe: " << s.message() << "\n";
+    return 1;
+  }
+  const double alone_ms = long_prompt.Wait();
+  std::cout << absl::StrFormat("long prompt: %d tokens, read in %.0f ms alone (%.0f tokens/s)\n",
+                               long_prompt.prompt_tokens(), alone_ms,
+                               long_prompt.prompt_tokens() / (alone_ms / 1e3));
+  std::cout << absl::StrFormat("%8s %8s %11s %11s %8s %11s %11s %11s %10s\n", "sessions", "rounds",
+                               "p50 alone", "p50 loaded", "ratio", "p90 alone", "p90 loaded",
+                               "TTFT loaded", "long read");
+  for (int n : counts) {
+    std::vector<double> alone, loaded, ttft;
+    for (int r = 0; r < rounds; ++r) {
+      auto row = RunRow(eng, config, source, n);
+      if (!row.ok()) {
+        std::cerr << "gpe: " << row.status().message() << "\n";
+        return 1;
+      }
+      alone.insert(alone.end(), row->latencies.begin(), row->latencies.end());
+    }
+    if (absl::Status s = long_prompt.Start(); !s.ok()) {
+      std::cerr << "gpe: " << s.message() << "\n";
+      return 1;
+    }
+    int loaded_rounds = 0;
+    while (loaded_rounds < rounds) {
+      auto row = RunRow(eng, config, source, n);
+      if (!row.ok()) {
+        std::cerr << "gpe: " << row.status().message() << "\n";
+        return 1;
+      }
+      if (long_prompt.Read()) break;  // this round ended after the read: it does not count
+      ++loaded_rounds;
+      loaded.insert(loaded.end(), row->latencies.begin(), row->latencies.end());
+      ttft.push_back(row->ttft_p50);
+    }
+    const double read_ms = long_prompt.Wait();
+    const double p50_alone = eval::Percentile(alone, 50), p50_loaded = eval::Percentile(loaded, 50);
+    if (loaded.empty()) {  // not one round ended while the long prompt was read
+      std::cout << absl::StrFormat("%8d %8d %9.1fms %11s %8s %9.1fms %11s %11s %8.0fms\n", n, 0,
+                                   p50_alone, "starved", "-", eval::Percentile(alone, 90), "-", "-",
+                                   read_ms);
+      continue;
+    }
+    std::cout << absl::StrFormat("%8d %8d %9.1fms %9.1fms %7.2fx %9.1fms %9.1fms %9.1fms %8.0fms\n",
+                                 n, loaded_rounds, p50_alone, p50_loaded,
+                                 p50_alone > 0 ? p50_loaded / p50_alone : 0.0,
+                                 eval::Percentile(alone, 90), eval::Percentile(loaded, 90),
+                                 eval::Percentile(ttft, 50), read_ms);
+    std::cout.flush();
+  }
+  return 0;
+}
+
+// Random adapters of rank `rank` (alpha 2 * rank) on every projection of `m`, written to a
+// temporary folder and loaded as "a0", "a1", ...
+absl::StatusOr<std::vector<std::shared_ptr<const model::Adapter>>> BenchAdapters(
+    const model::Model& m, int count, int rank) {
+  namespace fs = std::filesystem;
+  model::AdapterConfig config;
+  config.r = rank;
+  config.lora_alpha = 2.0 * rank;
+  config.target_list = {"all-linear"};
+  const fs::path temp = fs::temp_directory_path() / absl::StrCat("gpe-bench-adapters-", ::getpid());
+  std::vector<std::shared_ptr<const model::Adapter>> adapters;
+  for (int i = 0; i < count; ++i) {
+    const std::string dir = (temp / absl::StrCat("a", i)).string();
+    auto tensors = model::RandomAdapterTensors(m, config, 1 + i, 0.02);
+    if (!tensors.ok()) return tensors.status();
+    if (absl::Status s = model::WriteAdapterFolder(dir, config, *tensors); !s.ok()) return s;
+    auto adapter = model::LoadAdapter(dir, m, absl::StrCat("a", i));
+    if (!adapter.ok()) return adapter.status();
+    adapters.push_back(*std::move(adapter));
+  }
+  std::error_code ignored;
+  model::RemoveTree(temp).IgnoreError();  // loaded adapters hold copies
+  return adapters;
+}
+
+// --adapters N: per count, the base alone, the sessions spread over N adapters (one engine, so
+// every step mixes them) and the base with one adapter merged (another engine), each the median
+// of `rounds` interleaved runs: throughput and ms per forward step, and the ratios to the base.
+int RunAdapterRows(const std::shared_ptr<const model::Model>& m,
+                   const engine::EngineConfig& engine_config, const engine::SessionConfig& config,
+                   const std::vector<std::string>& source, const std::vector<int>& counts,
+                   int adapter_count, int rank, int rounds) {
+  auto adapters = BenchAdapters(*m, adapter_count, rank);
+  if (!adapters.ok()) {
+    std::cerr << "gpe: " << adapters.status().message() << "\n";
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const auto& a : *adapters) names.push_back(a->name);
+  auto merged_model = m->WithMergedAdapter(*adapters->front());
+  if (!merged_model.ok()) {
+    std::cerr << "gpe: " << merged_model.status().message() << "\n";
+    return 1;
+  }
+  auto eng = engine::Engine::Create(m, engine_config, *adapters);
+  auto merged = engine::Engine::Create(*merged_model, engine_config);
+  if (!eng.ok() || !merged.ok()) {
+    std::cerr << "gpe: " << (eng.ok() ? merged.status() : eng.status()).message() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat(
+      "%d adapters of rank %d on every projection (%d parameters each); median of %d rounds\n",
+      adapter_count, rank, adapters->front()->parameters, rounds);
+  std::cout << absl::StrFormat("%8s %10s %11s %7s %10s %11s %10s %10s %7s\n", "sessions",
+                               "base tok/s", "mixed tok/s", "ratio", "base ms/st", "mixed ms/st",
+                               "lora ms/st", "merged t/s", "ratio");
+  for (int n : counts) {
+    std::vector<double> base_rate, mixed_rate, merged_rate, base_step, mixed_step;
+    for (int round = 0; round < rounds; ++round) {
+      auto base = RunRow(**eng, config, source, n);
+      auto mixed = RunRow(**eng, config, source, n, names);
+      auto folded = RunRow(**merged, config, source, n);
+      for (const auto* row : {&base, &mixed, &folded}) {
+        if (!row->ok()) {
+          std::cerr << "gpe: " << row->status().message() << "\n";
+          return 1;
+        }
+      }
+      base_rate.push_back(base->target_tokens / base->seconds);
+      mixed_rate.push_back(mixed->target_tokens / mixed->seconds);
+      merged_rate.push_back(folded->target_tokens / folded->seconds);
+      base_step.push_back(1e3 * base->seconds / std::max<int64_t>(1, base->steps));
+      mixed_step.push_back(1e3 * mixed->seconds / std::max<int64_t>(1, mixed->steps));
+    }
+    const double b = eval::Percentile(base_rate, 50), x = eval::Percentile(mixed_rate, 50),
+                 f = eval::Percentile(merged_rate, 50), bs = eval::Percentile(base_step, 50),
+                 xs = eval::Percentile(mixed_step, 50);
+    std::cout << absl::StrFormat("%8d %10.1f %11.1f %6.2fx %10.2f %11.2f %10.2f %10.1f %6.2fx\n", n,
+                                 b, x, x / b, bs, xs, xs - bs, f, f / b);
+    std::cout.flush();
+  }
+  (*eng)->Shutdown();
+  (*merged)->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv, int first) {
+  flags::FlagSet flags(
+      "gpe", "gpe bench (--preset NAME | --model DIR) [options]",
+      "Runs --sessions concurrent streaming sessions on one engine for each count and\n"
+      "prints aggregate target and source tokens/s, time to first token and inter-token\n"
+      "latency (p50, p99), average tokens and sessions per forward step, and each row's\n"
+      "target throughput relative to the first row. Each session gets --words source\n"
+      "words at once (wait-k reads them as the policy asks) and writes --target_tokens\n"
+      "tokens, greedy, end-of-sequence ignored.\n"
+      "With --long_prompt N: for each count, the session latency (Open to end) of rounds\n"
+      "of short sessions alone, then while one session reads a prompt of N tokens (only\n"
+      "rounds that end before that read does count), and the ratio of the two medians.");
+  std::string preset = "qwen2.5-0.5b";
+  flags.Add("preset", "NAME",
+            "make a random-weight model of this preset ('default': the built-in model)", &preset);
+  flags::ModelFlags model_flags;
+  flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset");
+  std::vector<int> counts = {1, 8, 32, 64};
+  flags.AddParsed("sessions", "N,N", "concurrent sessions per row", absl::StrJoin(counts, ","),
+                  [&counts](std::string_view text) { return ParsePositiveList(text, &counts); });
+  int words = 40;
+  flags.Add("words", "N", "source words per session", &words, {.min = 1});
+  engine::SessionConfig config;
+  config.options.policy.wait_k = 3;
+  flags::AddWaitKFlag(flags, &config.options.policy.wait_k);
+  std::optional<int> target_tokens;
+  flags.Add("target_tokens", "N", "target tokens per session (default: 2 per word)", &target_tokens,
+            {.min = 1});
+  // kv_blocks and max_sessions follow from the rows (below), not from flags.
+  engine::EngineConfig engine_config;
+  flags.Add("block_size", "N", "tokens per KV block", &engine_config.block_size, {.min = 1});
+  flags.Add("max_batch_tokens", "N", "tokens in one forward pass",
+            &engine_config.scheduler.max_batch_tokens, {.min = 1});
+  flags.Add("max_sessions_per_step", "N", "sessions in one forward pass",
+            &engine_config.scheduler.max_sessions_per_step, {.min = 1});
+  int long_prompt = 0, rounds = 5;
+  flags.Add("long_prompt", "N", "tokens of the long prompt read meanwhile (0: off)", &long_prompt,
+            {.min = 0});
+  flags.Add("rounds", "N", "--long_prompt: rounds of short sessions per count", &rounds,
+            {.min = 1});
+  flags.Add("long_read_slowdown", "F",
+            "engine: pace long reads to slow the others' steps at most F times (0: off)",
+            &engine_config.long_read_slowdown, {.min = 0});
+  int adapter_count = 0, adapter_rank = 32;
+  flags.Add("adapters", "N",
+            "LoRA: per count, sessions spread over N random adapters vs the base alone vs one "
+            "adapter merged (median of --rounds interleaved runs each; 0: off)",
+            &adapter_count, {.min = 0});
+  flags.Add("adapter_rank", "R", "--adapters: rank of each (alpha 2R, every projection)",
+            &adapter_rank, {.min = 1});
+  flags.AddCheck([&engine_config] {
+    const double slowdown = engine_config.long_read_slowdown;
+    if (slowdown > 0 && slowdown < 1) {
+      return absl::InvalidArgumentError("--long_read_slowdown takes 0 (off) or a number >= 1");
+    }
+    return absl::OkStatus();
+  });
+  if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
+  const int wait_k = config.options.policy.wait_k;
+  const int target = target_tokens.value_or(2 * words);
+  const int threads = model_flags.options.threads;
+  const int block_size = engine_config.block_size;
+  auto loaded = LoadBenchModel(model_flags.dir, preset, model_flags.options);
+  if (!loaded.ok()) {
+    std::cerr << "gpe: " << loaded.status().message() << "\n";
+    return 1;
+  }
+  const std::shared_ptr<const model::Model> m = *loaded;
+  auto profile = policy::LoadProfile("qwen2.5");
+  if (!profile.ok()) return 1;
+  config.options.profile = *profile;
+  config.options.policy.max_new_tokens = target;
+  config.options.policy.ignore_eos = true;
+  config.options.policy.max_lag_words = 1 << 20;
+
+  // Room for every session of the largest row: prompt, source and target with slack.
+  const std::vector<std::string> source = BenchSource(words);
+  const int most = *std::max_element(counts.begin(), counts.end());
+  const int64_t per_session = (64 + 4 * words + target) / block_size + 6;
+  engine_config.kv_blocks = most * per_session + 16 + 2 * long_prompt / block_size;
+  engine_config.max_sessions = most + 1;
+  auto eng = engine::Engine::Create(m, engine_config);
+  if (!eng.ok()) {
+    std::cerr << "gpe: " << eng.status().message() << "\n";
+    return 1;
+  }
+  const model::ModelConfig& c = m->config();
+  std::cout << absl::StrFormat(
+      "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
+      "session; max_batch_tokens %d; device %s; CPU %s\n",
+      c.architecture_name, model_flags.dir.value_or(preset), c.num_layers, m->weight_dtype_name(),
+      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
+      target, engine_config.scheduler.max_batch_tokens, m->device().str(), CpuName());
+  if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
+    std::cerr << "gpe: " << warm.status().message() << "\n";
+    return 1;
+  }
+  if (adapter_count > 0) {
+    (*eng)->Shutdown();
+    return RunAdapterRows(m, engine_config, config, source, counts, adapter_count, adapter_rank,
+                          rounds);
+  }
+  if (long_prompt > 0) {
+    const int code = RunLongPromptRows(**eng, config, source, counts, long_prompt, rounds);
+    (*eng)->Shutdown();
+    return code;
+  }
+  std::cout << absl::StrFormat("%8s %9s %9s %9s %9s %9s %9s %8s %8s %8s %8s\n", "sessions",
+                               "tgt tok/s", "src tok/s", "TTFT p50", "TTFT p99", "ITL p50",
+                               "ITL p99", "p99/p50", "tok/step", "ses/step", "vs first");
+  double first_rate = 0;
+  for (int n : counts) {
+    auto row = RunRow(**eng, config, source, n);
+    if (!row.ok()) {
+      std::cerr << "gpe: " << row.status().message() << "\n";
+      return 1;
+    }
+    const double rate = row->target_tokens / row->seconds;
+    if (first_rate == 0) first_rate = rate;
+    std::cout << absl::StrFormat(
+        "%8d %9.1f %9.1f %7.0fms %7.0fms %7.1fms %7.1fms %7.2fx %8.1f %8.1f %7.2fx\n", n, rate,
+        row->source_tokens / row->seconds, row->ttft_p50, row->ttft_p99, row->itl_p50, row->itl_p99,
+        row->itl_p50 > 0 ? row->itl_p99 / row->itl_p50 : 0.0, row->tokens_per_step,
+        row->sessions_per_step, rate / first_rate);
+    std::cout.flush();
+  }
+  (*eng)->Shutdown();
+  return 0;
+}
+
+}  // namespace gpeserve::cli

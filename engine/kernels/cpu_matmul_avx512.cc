@@ -1,0 +1,52 @@
+// The cpu_matmul kernels for AVX-512 F/BW/VL (16 fp32 lanes; fp16 through the F16C-equivalent
+// AVX-512F conversion). Compiled with those target flags (CMakeLists.txt); called only when the
+// CPU has them (cpu_matmul.cc). Weights become fp32 in registers and accumulate with fp32 FMA,
+// as on AVX2, so every instruction set computes the same sums up to summation order.
+#include <immintrin.h>
+
+#include "engine/kernels/cpu_matmul_tile.h"
+
+// GCC 12 reports its own _mm512_reduce_add_ps as possibly uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace gpeserve::model::cpu::internal {
+namespace {
+
+struct Avx512 {
+  using F = __m512;
+  static constexpr int kLanes = 16;
+  // 32 registers: one activation row keeps 8 accumulators; more rows 4 x 4 (+ 4 activations).
+  static constexpr int kRowsOne = 8;
+  static constexpr int kRows = 4;
+  static constexpr int kGroup = 4;
+
+  static F Zero() { return _mm512_setzero_ps(); }
+  static F Broadcast(float v) { return _mm512_set1_ps(v); }
+  static F LoadX(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Fma(F a, F b, F acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static float Sum(F v) { return _mm512_reduce_add_ps(v); }
+  template <WeightType T>
+  static F LoadW(const void* data, int64_t index) {
+    if constexpr (T == WeightType::kF32) {
+      return _mm512_loadu_ps(static_cast<const float*>(data) + index);
+    } else if constexpr (T == WeightType::kBF16) {
+      const __m256i h = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(data) + index));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else if constexpr (T == WeightType::kF16) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(data) + index)));
+    } else {
+      const __m128i q = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(data) + index));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    }
+  }
+};
+
+}  // namespace
+}  // namespace gpeserve::model::cpu::internal
+
+GPESERVE_DEFINE_CPU_MATMUL(Avx512, Avx512)

@@ -1,0 +1,21 @@
+// The per-instruction-set entry points behind cpu_matmul.h (one definition per source file).
+// Only cpu_matmul.cc calls them, after checking that the CPU runs the instruction set.
+#pragma once
+
+#include "engine/kernels/cpu_matmul.h"
+
+namespace gpeserve::model::cpu::internal {
+
+#define GPESERVE_CPU_MATMUL_ENTRY_POINTS(Suffix)                                       \
+  void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx, \
+                          const float* bias, float* y, int64_t ldy, int64_t n_begin,   \
+                          int64_t n_end);                                              \
+  void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out);
+
+GPESERVE_CPU_MATMUL_ENTRY_POINTS(Scalar)
+GPESERVE_CPU_MATMUL_ENTRY_POINTS(Avx2)
+GPESERVE_CPU_MATMUL_ENTRY_POINTS(Avx512)
+
+#undef GPESERVE_CPU_MATMUL_ENTRY_POINTS
+
+}  // namespace gpeserve::model::cpu::internal

@@ -1,0 +1,241 @@
+// The CPU matrix kernels against a double-precision reference, on every instruction set this
+// CPU runs (so an AVX-512 machine tests its AVX2 and scalar paths too), every weight type, and
+// odd shapes: rows and columns that are not multiples of any vector width or tile, one and
+// several activation rows, sub-ranges of output rows.
+#include "engine/kernels/cpu_matmul.h"
+
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gpeserve::model::cpu {
+namespace {
+
+std::vector<Isa> IsasHere() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(DetectedIsa())) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// A random matrix in one weight type, with the exact fp32 value of every element.
+struct Matrix {
+  WeightType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scale;
+  std::vector<double> value;  // rows x cols, what the kernel must multiply by
+
+  WeightView view() const {
+    return {bytes.data(), type == WeightType::kInt8 ? scale.data() : nullptr, type, rows, cols};
+  }
+};
+
+Matrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Matrix m{type, rows, cols, {}, {}, {}};
+  m.bytes.resize(static_cast<size_t>(rows * cols * WeightTypeBytes(type)));
+  m.value.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> f32(m.value.size());
+  for (float& v : f32) v = normal(rng);
+  switch (type) {
+    case WeightType::kF32:
+      std::memcpy(m.bytes.data(), f32.data(), f32.size() * 4);
+      for (size_t i = 0; i < f32.size(); ++i) m.value[i] = f32[i];
+      break;
+    case WeightType::kBF16:
+    case WeightType::kF16: {
+      auto* h = reinterpret_cast<uint16_t*>(m.bytes.data());
+      for (size_t i = 0; i < f32.size(); ++i) {
+        h[i] = type == WeightType::kBF16 ? FloatToBf16(f32[i]) : FloatToHalf(f32[i]);
+        m.value[i] = type == WeightType::kBF16 ? Bf16ToFloat(h[i]) : HalfToFloat(h[i]);
+      }
+      break;
+    }
+    case WeightType::kInt8: {
+      m.scale.resize(static_cast<size_t>(rows));
+      auto* q = reinterpret_cast<int8_t*>(m.bytes.data());
+      QuantizeRowsInt8(f32.data(), cols, 0, rows, q, m.scale.data());
+      for (size_t i = 0; i < f32.size(); ++i) {
+        m.value[i] = static_cast<double>(q[i]) * m.scale[i / static_cast<size_t>(cols)];
+      }
+      break;
+    }
+  }
+  return m;
+}
+
+constexpr WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
+                                 WeightType::kInt8};
+
+TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t row_counts[] = {1, 3, 8, 13, 37};
+  const int64_t col_counts[] = {1, 7, 8, 9, 16, 17, 31, 33, 100, 4103};
+  // 13 rows x 4103 columns pass the L2 budget: the columns are split into chunks.
+  const int64_t activation_rows[] = {1, 2, 3, 4, 5, 8, 11, 13};
+  int checked = 0;
+  for (Isa isa : IsasHere()) {
+    for (WeightType type : kTypes) {
+      for (int64_t rows : row_counts) {
+        for (int64_t cols : col_counts) {
+          const Matrix w = RandomMatrix(type, rows, cols, rng);
+          std::vector<float> bias(static_cast<size_t>(rows));
+          for (float& b : bias) b = normal(rng);
+          for (int64_t m : activation_rows) {
+            const int64_t ldx = cols + 3, ldy = rows + 2;  // strides wider than the rows
+            std::vector<float> x(static_cast<size_t>(m * ldx));
+            for (float& v : x) v = normal(rng);
+            // A sub-range of output rows, and the whole matrix.
+            for (auto [begin, end] : {std::pair<int64_t, int64_t>{rows / 3, rows - rows / 4},
+                                      std::pair<int64_t, int64_t>{0, rows}}) {
+              const bool with_bias = (m + cols) % 2 == 0;
+              std::vector<float> y(static_cast<size_t>(m * ldy), -12345.0f);
+              MatmulRows(isa, w.view(), x.data(), m, ldx, with_bias ? bias.data() : nullptr,
+                         y.data(), ldy, begin, end);
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t n = 0; n < ldy; ++n) {
+                  const float got = y[static_cast<size_t>(i * ldy + n)];
+                  const std::string where = std::string(IsaName(isa)) + " " + WeightTypeName(type) +
+                                            " " + std::to_string(rows) + "x" +
+                                            std::to_string(cols) + " m=" + std::to_string(m) +
+                                            " rows [" + std::to_string(begin) + ", " +
+                                            std::to_string(end) + ") at y[" + std::to_string(i) +
+                                            ", " + std::to_string(n) + "]";
+                  if (n < begin || n >= end) {
+                    ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
+                    continue;
+                  }
+                  double ref = with_bias ? bias[static_cast<size_t>(n)] : 0.0, magnitude = 0;
+                  for (int64_t k = 0; k < cols; ++k) {
+                    const double term = w.value[static_cast<size_t>(n * cols + k)] *
+                                        x[static_cast<size_t>(i * ldx + k)];
+                    ref += term;
+                    magnitude += std::fabs(term);
+                  }
+                  // fp32 summation of cols terms: |error| <= cols * 2^-24 * sum |terms| (with
+                  // room for the scale and bias roundings).
+                  const double bound = (cols + 4) * std::ldexp(1.0, -24) * (magnitude + 1.0);
+                  ASSERT_NEAR(got, ref, bound) << where;
+                  ++checked;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+TEST(CpuMatmulTest, DequantizeRowsIsExact) {
+  std::mt19937 rng(3);
+  for (Isa isa : IsasHere()) {
+    for (WeightType type : kTypes) {
+      for (int64_t cols : {1, 15, 16, 17, 100}) {
+        const Matrix w = RandomMatrix(type, 9, cols, rng);
+        std::vector<float> out(static_cast<size_t>(5 * cols), NAN);
+        DequantizeRows(isa, w.view(), 2, 7, out.data());
+        for (int64_t n = 2; n < 7; ++n) {
+          for (int64_t k = 0; k < cols; ++k) {
+            // bf16/fp16 to fp32 is exact; int8 is one fp32 product.
+            ASSERT_EQ(out[static_cast<size_t>((n - 2) * cols + k)],
+                      static_cast<float>(w.value[static_cast<size_t>(n * cols + k)]))
+                << IsaName(isa) << " " << WeightTypeName(type) << " cols " << cols << " [" << n
+                << ", " << k << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMatmulTest, Int8QuantizationIsWithinHalfAStepAndUsesTheFullRange) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t rows = 6, cols = 301;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& v : w) v = normal(rng);
+  for (int64_t k = 0; k < cols; ++k) w[static_cast<size_t>(5 * cols + k)] = 0;  // a zero row
+  std::vector<int8_t> q(w.size());
+  std::vector<float> scale(static_cast<size_t>(rows));
+  QuantizeRowsInt8(w.data(), cols, 0, rows, q.data(), scale.data());
+  for (int64_t n = 0; n < rows; ++n) {
+    int max_q = 0;
+    for (int64_t k = 0; k < cols; ++k) {
+      const size_t i = static_cast<size_t>(n * cols + k);
+      EXPECT_LE(std::fabs(q[i] * scale[static_cast<size_t>(n)] - w[i]),
+                0.5f * scale[static_cast<size_t>(n)] * (1 + 1e-5f));
+      max_q = std::max(max_q, std::abs(static_cast<int>(q[i])));
+    }
+    EXPECT_EQ(max_q, n == 5 ? 0 : 127) << "row " << n;
+  }
+  EXPECT_EQ(scale[5], 1.0f);
+}
+
+__attribute__((target("f16c"))) uint16_t HardwareHalf(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+TEST(CpuMatmulTest, HalfConversionsMatchTheHardwareAndRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_EQ((h >> 10) & 0x1F, 0x1Fu);
+      continue;
+    }
+    ASSERT_EQ(FloatToHalf(f), h) << "half 0x" << std::hex << h;
+  }
+  if (DetectedIsa() == Isa::kScalar) GTEST_SKIP() << "no F16C on this CPU to compare with";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    // Mostly values in half's range (exponent near the middle), some anywhere.
+    if (i % 4 != 0) b = (b & 0x807FFFFF) | ((100 + b % 56) << 23);
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), HardwareHalf(f)) << "float bits 0x" << std::hex << b;
+  }
+}
+
+TEST(CpuMatmulTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3F80);
+  float f;
+  uint32_t b = 0x3F808000;  // exactly halfway between 0x3F80 and 0x3F81: to even
+  std::memcpy(&f, &b, 4);
+  EXPECT_EQ(FloatToBf16(f), 0x3F80);
+  b = 0x3F818000;  // halfway between 0x3F81 and 0x3F82: to even
+  std::memcpy(&f, &b, 4);
+  EXPECT_EQ(FloatToBf16(f), 0x3F82);
+  b = 0x3F808001;  // just above halfway: up
+  std::memcpy(&f, &b, 4);
+  EXPECT_EQ(FloatToBf16(f), 0x3F81);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float v = Bf16ToFloat(static_cast<uint16_t>(h));
+    if (!std::isnan(v)) ASSERT_EQ(FloatToBf16(v), h);
+  }
+}
+
+TEST(CpuMatmulTest, IsaNamesParse) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    Isa parsed;
+    ASSERT_TRUE(ParseIsa(IsaName(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  Isa parsed;
+  EXPECT_FALSE(ParseIsa("sse2", &parsed));
+  EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectedIsa()));
+}
+
+}  // namespace
+}  // namespace gpeserve::model::cpu
