@@ -1,7 +1,8 @@
 // gpe bench: throughput and latency of the engine (continuous batching) as the number of
 // concurrent sessions grows. Every session streams the same kind of source (--words words,
 // all available at once) through the wait-k policy and writes --target_tokens tokens (greedy,
-// end-of-sequence ignored) so that every row does the same work per session.
+// end-of-sequence ignored) so that every row does the same work per session. With --pace:
+// capacity at speech pace instead (bench_pace.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/bench_pace.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -352,15 +354,27 @@ int BenchCommand(int argc, char** argv, int first) {
       "tokens, greedy, end-of-sequence ignored.\n"
       "With --long_prompt N: for each count, the session latency (Open to end) of rounds\n"
       "of short sessions alone, then while one session reads a prompt of N tokens (only\n"
-      "rounds that end before that read does count), and the ratio of the two medians.");
+      "rounds that end before that read does count), and the ratio of the two medians.\n"
+      "With --pace W: capacity at speech pace. For each count N, N speakers each stream\n"
+      "corpus sentences at W words/s, a session per sentence (a new one when one ends;\n"
+      "--long_form: one long-form session each), for --seconds; prints the p50 and p99\n"
+      "word lag (from the arrival of the source word a target word needed to its\n"
+      "delivery), the lag split into waiting for a step and computing, steps per word,\n"
+      "and the largest N whose p99 lag is within --lag_slo (docs/streaming.md).");
   std::string preset = "qwen2.5-0.5b";
   flags.Add("preset", "NAME",
             "make a random-weight model of this preset ('default': the built-in model)", &preset);
   flags::ModelFlags model_flags;
   flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset");
   std::vector<int> counts = {1, 8, 32, 64};
-  flags.AddParsed("sessions", "N,N", "concurrent sessions per row", absl::StrJoin(counts, ","),
-                  [&counts](std::string_view text) { return ParsePositiveList(text, &counts); });
+  const std::vector<int> pace_counts = {1, 2, 4, 8, 16, 32};
+  bool counts_set = false;
+  flags.AddParsed("sessions", "N,N",
+                  "concurrent sessions per row (--pace: speakers; default 1,2,4,8,16,32)",
+                  absl::StrJoin(counts, ","), [&](std::string_view text) {
+                    counts_set = true;
+                    return ParsePositiveList(text, &counts);
+                  });
   int words = 40;
   flags.Add("words", "N", "source words per session", &words, {.min = 1});
   engine::SessionConfig config;
@@ -391,6 +405,25 @@ int BenchCommand(int argc, char** argv, int first) {
             &adapter_count, {.min = 0});
   flags.Add("adapter_rank", "R", "--adapters: rank of each (alpha 2R, every projection)",
             &adapter_rank, {.min = 1});
+  PaceOptions pace;
+  pace.words_per_second = 0;
+  flags.Add("pace", "W", "capacity at speech pace: each speaker's words per second (0: off)",
+            &pace.words_per_second, {.min = 0});
+  flags.Add("lag_slo", "S", "--pace: the p99 word lag the capacity allows, in seconds",
+            &pace.lag_slo_seconds, {.min = 0});
+  flags.Add("seconds", "T", "--pace: seconds of arrivals per row", &pace.seconds, {.min = 0});
+  flags.Add("long_form", "--pace: one long-form session per speaker, not one per sentence",
+            &pace.long_form);
+  flags.Add("seed", "N", "--pace: the corpus seed", &pace.seed);
+  flags.AddCheck([&pace, &adapter_count, &long_prompt] {
+    if (pace.words_per_second > 0 && (adapter_count > 0 || long_prompt > 0)) {
+      return absl::InvalidArgumentError("--pace runs alone: drop --adapters and --long_prompt");
+    }
+    if (pace.words_per_second == 0 && pace.long_form) {
+      return absl::InvalidArgumentError("--long_form is a --pace option: add --pace W");
+    }
+    return absl::OkStatus();
+  });
   flags.AddCheck([&engine_config] {
     const double slowdown = engine_config.long_read_slowdown;
     if (slowdown > 0 && slowdown < 1) {
@@ -400,7 +433,9 @@ int BenchCommand(int argc, char** argv, int first) {
   });
   if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
   const int wait_k = config.options.policy.wait_k;
-  const int target = target_tokens.value_or(2 * words);
+  // --pace: sessions as a server runs them (end-of-sequence and the lag limit apply), 24 target
+  // tokens at most by default.
+  const int target = target_tokens.value_or(pace.words_per_second > 0 ? 24 : 2 * words);
   const int threads = model_flags.options.threads;
   const int block_size = engine_config.block_size;
   auto loaded = LoadBenchModel(model_flags.dir, preset, model_flags.options);
@@ -413,6 +448,27 @@ int BenchCommand(int argc, char** argv, int first) {
   if (!profile.ok()) return 1;
   config.options.profile = *profile;
   config.options.policy.max_new_tokens = target;
+  const model::ModelConfig& c = m->config();
+  const std::string model_line = absl::StrFormat(
+      "model %s %s, %d layers, dtype %s, %d threads; ", c.architecture_name,
+      model_flags.dir.value_or(preset), c.num_layers, m->weight_dtype_name(),
+      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const std::string engine_line =
+      absl::StrFormat("max_batch_tokens %d; device %s; CPU %s\n",
+                      engine_config.scheduler.max_batch_tokens, m->device().str(), CpuName());
+  if (pace.words_per_second > 0) {
+    // A random model's greedy output repeats itself and never ends; sampled, it is words of
+    // about two tokens (LoadBenchModel), and it stops at a translation's length, as many words
+    // as the sentence has.
+    const bool random_weights = !model_flags.dir && preset != "default";
+    if (random_weights) {
+      config.sampling.temperature = 1;
+      pace.target_tokens_per_word = 2;
+    }
+    std::cout << model_line << (random_weights ? "random weights, sampled at temperature 1; " : "")
+              << engine_line;
+    return RunPaceRows(m, engine_config, config, counts_set ? counts : pace_counts, pace);
+  }
   config.options.policy.ignore_eos = true;
   config.options.policy.max_lag_words = 1 << 20;
 
@@ -427,13 +483,10 @@ int BenchCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: " << eng.status().message() << "\n";
     return 1;
   }
-  const model::ModelConfig& c = m->config();
-  std::cout << absl::StrFormat(
-      "model %s %s, %d layers, dtype %s, %d threads; %d words, wait_k %d, %d target tokens per "
-      "session; max_batch_tokens %d; device %s; CPU %s\n",
-      c.architecture_name, model_flags.dir.value_or(preset), c.num_layers, m->weight_dtype_name(),
-      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), words, wait_k,
-      target, engine_config.scheduler.max_batch_tokens, m->device().str(), CpuName());
+  std::cout << model_line
+            << absl::StrFormat("%d words, wait_k %d, %d target tokens per session; ", words, wait_k,
+                               target)
+            << engine_line;
   if (auto warm = RunRow(**eng, config, BenchSource(std::min(words, 8)), 2); !warm.ok()) {
     std::cerr << "gpe: " << warm.status().message() << "\n";
     return 1;

@@ -61,7 +61,7 @@ absl::StatusOr<LongRun> RunStreams(std::shared_ptr<const model::Model> model,
   std::mutex step_mu;
   std::vector<double> step_ms;  // guarded by step_mu
   Clock::time_point last_step = Clock::now();
-  config.on_step = [&](int64_t) {
+  config.on_step = [&](const engine::StepReport&) {
     const Clock::time_point now = Clock::now();
     std::lock_guard<std::mutex> lock(step_mu);
     step_ms.push_back(std::chrono::duration<double, std::milli>(now - last_step).count());

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,12 +17,16 @@
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/bpe_trainer.h"
+#include "engine/train/corpus.h"
 #include "engine/util/remove_tree.h"
 #include "flags/groups.h"
+#include "nlohmann/json.hpp"
 
 namespace gpeserve::cli {
 namespace {
 
+// Trained on BenchWords() and the corpus's English sentences (what gpe bench --pace speaks), so
+// that a word is one or two tokens, as with a real model's vocabulary.
 absl::Status WriteTokenizer(const std::filesystem::path& dir) {
   std::vector<std::string> texts;
   for (int i = 0; i < 50; ++i) {
@@ -29,13 +34,44 @@ absl::Status WriteTokenizer(const std::filesystem::path& dir) {
     for (const std::string& w : BenchWords()) absl::StrAppend(&line, line.empty() ? "" : " ", w);
     texts.push_back(line + " mot x.");
   }
+  for (const train::Translation& t : train::GenerateCorpus(1, 2000)) texts.push_back(t.en);
   tokenizer::BpeTrainerConfig config;
-  config.vocab_size = 600;
+  config.vocab_size = 1000;
   auto trained = tokenizer::TrainByteLevelBpe(texts, config);
   if (!trained.ok()) return trained.status();
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << trained->tokenizer.dump();
   std::ofstream(dir / "tokenizer_config.json") << trained->config.dump();
+  return absl::OkStatus();
+}
+
+// Gives the ids beyond the trained tokenizer (the preset's full vocabulary, which the LM head
+// keeps) text of their own, as a real vocabulary has: even ids a word start (" " + letters),
+// odd ones a piece of a word (letters), so that what a random model writes decodes to words of
+// about two tokens.
+absl::Status PadVocabulary(const std::filesystem::path& model_dir) {
+  std::ifstream config_in(model_dir / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_in, nullptr, false);
+  std::ifstream tokenizer_in(model_dir / "tokenizer.json");
+  nlohmann::json tokenizer = nlohmann::json::parse(tokenizer_in, nullptr, false);
+  if (config.is_discarded() || !config.contains("vocab_size") || tokenizer.is_discarded()) {
+    return absl::InternalError(
+        absl::StrCat("cannot read the model written to ", model_dir.string()));
+  }
+  nlohmann::json& vocab = tokenizer["model"]["vocab"];
+  int64_t next = 0;
+  for (const auto& entry : vocab.items()) next = std::max(next, entry.value().get<int64_t>() + 1);
+  for (const auto& added : tokenizer["added_tokens"]) {
+    next = std::max(next, added["id"].get<int64_t>() + 1);
+  }
+  const int64_t vocab_size = config["vocab_size"].get<int64_t>();
+  for (int64_t id = next; id < vocab_size; ++id) {
+    std::string letters;
+    for (int64_t n = id; n > 0; n /= 26) letters += static_cast<char>('a' + n % 26);
+    const std::string token = (id % 2 == 0 ? "\u0120" : "") + letters;  // U+0120: byte-level space
+    if (!vocab.contains(token)) vocab[token] = id;
+  }
+  std::ofstream(model_dir / "tokenizer.json") << tokenizer.dump();
   return absl::OkStatus();
 }
 
@@ -71,6 +107,7 @@ absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModelQuietly(
   std::cerr << "gpe: writing a random " << preset << " model to " << temp << "\n";
   absl::Status s = WriteTokenizer(o.tokenizer_dir);
   if (s.ok()) s = model::MakeModel(o, (temp / "model").string());
+  if (s.ok()) s = PadVocabulary(temp / "model");
   absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
       s.ok() ? model::Model::Load((temp / "model").string(), options)
              : absl::StatusOr<std::shared_ptr<const model::Model>>(s);

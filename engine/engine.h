@@ -16,6 +16,7 @@
 // Thread-safety: Engine and SessionHandle methods are thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,15 @@ struct Adapter;
 }  // namespace gpeserve::model
 
 namespace gpeserve::engine {
+
+// One forward step, as EngineConfig::on_step reports it.
+struct StepReport {
+  int64_t tokens = 0;    // tokens computed
+  int64_t sessions = 0;  // sessions served (pieces run)
+  // When the step was planned (it holds the words posted before; a word posted later waits for
+  // the next step) and when its forward pass ended (its tokens are delivered after).
+  std::chrono::steady_clock::time_point start, end;
+};
 
 struct EngineConfig {
   int block_size = 16;                // tokens per KV block
@@ -52,9 +62,9 @@ struct EngineConfig {
   // translation: queued work the engine has not taken up) is ended with RESOURCE_EXHAUSTED;
   // 0: no limit.
   int64_t max_unread_source_units = 0;
-  // Called on the loop thread after each forward step with its token count (metrics); must be
-  // cheap and must not call the engine.
-  std::function<void(int64_t tokens)> on_step;
+  // Called on the loop thread after each forward step (metrics, benchmarks); must be cheap and
+  // must not call the engine.
+  std::function<void(const StepReport& step)> on_step;
 };
 
 // The KV cache blocks `config` asks for on `model`: kv_blocks, or as many as kv_cache_memory

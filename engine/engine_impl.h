@@ -115,7 +115,9 @@ struct Engine::Impl {
   Batch Prepare(const scheduler::Plan& plan);
   // The forward step, sampling and token events; false when the forward failed (its sessions
   // then end with its error).
-  bool Run(const model::Model& model, Batch& batch);
+  // `step_start`: when the step was planned (StepReport::start).
+  bool Run(const model::Model& model, Batch& batch,
+           std::chrono::steady_clock::time_point step_start);
 
   // ---- engine.cc: commands, finishing sessions, the statistics' snapshot ----
   // Waits while every session waits for source; applies queued commands; false when the

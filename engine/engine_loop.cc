@@ -162,7 +162,8 @@ Batch Engine::Impl::Prepare(const scheduler::Plan& plan) {
   return batch;
 }
 
-bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
+bool Engine::Impl::Run(const model::Model& model, Batch& batch,
+                       std::chrono::steady_clock::time_point step_start) {
   auto logits = session::RunWorks(model, *pool, batch.works);
   if (!logits.ok()) {
     for (int64_t id : batch.ids) Finish(id, ErrorEvent(id, logits.status()));
@@ -173,7 +174,12 @@ bool Engine::Impl::Run(const model::Model& model, Batch& batch) {
   ++counters.steps;
   counters.step_tokens += step_tokens;
   counters.step_sessions += static_cast<int64_t>(batch.works.size());
-  if (config.on_step) config.on_step(step_tokens);
+  if (config.on_step) {
+    config.on_step({.tokens = step_tokens,
+                    .sessions = static_cast<int64_t>(batch.works.size()),
+                    .start = step_start,
+                    .end = std::chrono::steady_clock::now()});
+  }
   int64_t row = 0;
   for (size_t i = 0; i < batch.works.size(); ++i) {
     const bool sample = batch.works[i].sample;
@@ -233,7 +239,7 @@ void Engine::Impl::Loop(const model::Model& model) {
     Evict(plan);
     Batch batch = Prepare(plan);
     ++step;
-    if (!batch.works.empty() && Run(model, batch)) {
+    if (!batch.works.empty() && Run(model, batch, step_start)) {
       pacer->Observe(
           plan.long_read_tokens, plan.pieces.size() > static_cast<size_t>(plan.long_reads),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());

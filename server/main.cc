@@ -320,8 +320,8 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   if (flags.metrics_listen != "none") {
     if (absl::Status s = parts.metrics->Serve(flags.metrics_listen); !s.ok()) return s;
   }
-  flags.engine.on_step = [metrics = parts.metrics.get()](int64_t tokens) {
-    metrics->ObserveStep(tokens);
+  flags.engine.on_step = [metrics = parts.metrics.get()](const engine::StepReport& step) {
+    metrics->ObserveStep(step.tokens);
   };
   auto engine = engine::Engine::Create(parts.model, flags.engine, adapters);
   if (!engine.ok()) return engine.status();

@@ -265,6 +265,38 @@ def main():
         rc, _, err = run([gpe, "eval", "--model", model_dir, "--data", data, "--source_key", "fr"])
         check("missing field named", rc == 1 and "item 0 needs string fields 'fr'" in err, err)
 
+    # gpe bench --pace: its flags, and its rows against its capacity line (a tiny random model;
+    # --lag_slo 0 admits no count, 1 s each one that stays within it).
+    rc, _, err = run([gpe, "bench", "--preset", "tiny", "--pace", "2", "--adapters", "2"])
+    check("pace with adapters refused", rc == 2 and "--pace runs alone" in err, err)
+    rc, _, err = run([gpe, "bench", "--preset", "tiny", "--long_form"])
+    check("long_form without pace refused",
+          rc == 2 and "--long_form is a --pace option" in err, err)
+    row_re = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)s\s+([\d.]+)s\s+([\d.]+)s\s+([\d.]+)s"
+                        r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(yes|no)$")
+    for slo in (0.0, 1.0):
+        rc, out, err = run([gpe, "bench", "--preset", "tiny", "--pace", "8", "--sessions", "1,2",
+                            "--seconds", "0.5", "--threads", "1", "--lag_slo", str(slo)])
+        rows = [m.groups() for m in map(row_re.match, out.splitlines()) if m]
+        check(f"pace {slo}: exits 0 with a row per count",
+              rc == 0 and [int(r[0]) for r in rows] == [1, 2], out + err)
+        for r in rows:
+            words, p50, p99, waiting, computing = int(r[1]), float(r[2]), float(r[3]), \
+                float(r[4]), float(r[5])
+            check(f"pace {slo}, {r[0]} sessions: words lagged, p50 <= p99",
+                  words > 0 and p50 <= p99, r)
+            check(f"pace {slo}, {r[0]} sessions: waiting and computing within p99",
+                  0 <= waiting and 0 <= computing and waiting + computing <= p99 + 0.01, r)
+            if abs(p99 - slo) > 0.01:
+                check(f"pace {slo}, {r[0]} sessions: within the SLO as its p99 says",
+                      (r[10] == "yes") == (p99 <= slo), r)
+        capacity = re.search(r"capacity at p99 word lag <= [\d.]+ s: (\d+) sessions", out)
+        largest = max([int(r[0]) for r in rows if r[10] == "yes"], default=0)
+        check(f"pace {slo}: capacity is the largest count within the SLO",
+              capacity is not None and int(capacity.group(1)) == largest, out)
+        if slo == 0:
+            check("pace 0: no count within a zero SLO", largest == 0, out)
+
     for command in ("tokenize", "detokenize", "train-tokenizer", "make-model", "make-corpus",
                     "logits", "bench-forward", "bench-stream", "bench-long", "bench", "score",
                     "eval", "train"):

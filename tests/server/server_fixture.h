@@ -34,7 +34,9 @@ class ServerTest : public ::testing::Test {
     engine_config.block_size = 4;
     engine_config.kv_blocks = kv_blocks;
     engine_config.max_sessions = max_sessions;
-    engine_config.on_step = [this](int64_t tokens) { metrics_->ObserveStep(tokens); };
+    engine_config.on_step = [this](const engine::StepReport& step) {
+      metrics_->ObserveStep(step.tokens);
+    };
     if (tune_engine_) tune_engine_(engine_config);
     metrics_ = std::make_unique<Metrics>("tiny");
     auto engine = engine::Engine::Create(model_, engine_config);
