@@ -47,7 +47,10 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     std::nth_element(ids.begin(), ids.begin() + params_.top_k, ids.end(), more_likely);
     ids.resize(params_.top_k);
   }
-  std::sort(ids.begin(), ids.end(), more_likely);
+  // Most likely first where top-k or top-p cut the list; otherwise the candidates stay in id
+  // order: sorting a flat distribution over a large vocabulary (151,936 tokens, every one a
+  // candidate) took longer than the sampling itself, on the engine loop, once per session.
+  if (params_.top_k > 0 || params_.top_p < 1) std::sort(ids.begin(), ids.end(), more_likely);
   std::vector<double> p(ids.size());
   double total = 0;
   for (size_t i = 0; i < ids.size(); ++i) {

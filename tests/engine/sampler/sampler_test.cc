@@ -1,7 +1,9 @@
 #include "engine/sampler/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -59,6 +61,27 @@ TEST(SamplerTest, SameSeedSameSequence) {
     differ += x != z;
   }
   EXPECT_GT(differ, 50);  // another seed gives another sequence
+}
+
+// Without top-k and top-p the candidates are taken in id order: the token is the inverse
+// transform of the same 53-bit draw over the probabilities in that order (what a given seed
+// gives, on any standard library).
+TEST(SamplerTest, PlainTemperatureDrawsInIdOrder) {
+  std::vector<float> logits(5000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.01f * std::cos(0.37f * i);
+  const double t = 0.8;
+  Sampler sampler({.temperature = t, .seed = 11}, 1);
+  std::mt19937_64 rng(11);
+  const float best = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) total += p[i] = std::exp((logits[i] - best) / t);
+  for (int draw = 0; draw < 200; ++draw) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+    size_t expected = 0;
+    for (double sum = p[0]; sum <= u && expected + 1 < p.size();) sum += p[++expected];
+    EXPECT_EQ(sampler.Sample(logits), static_cast<int32_t>(expected)) << "draw " << draw;
+  }
 }
 
 TEST(SamplerTest, ValidateNamesTheField) {
