@@ -48,6 +48,9 @@ struct EngineConfig {
   int block_size = 16;                // tokens per KV block
   int64_t kv_blocks = 0;              // blocks in the pool; 0: from kv_cache_memory
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
+  // Prompt-prefix blocks stay cached after their session ends, for later sessions with the same
+  // prompt (kv::BlockAllocator), until their blocks are needed; false: shared only while held.
+  bool prefix_cache = true;
   scheduler::SchedulerConfig scheduler;
   int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
   // Pacing of long reads (scheduler: long_read_tokens): while other sessions have work, the

@@ -69,7 +69,8 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
   impl.config.kv_blocks = *blocks;
   impl.pacer = std::make_unique<scheduler::LongReadPacer>(config.long_read_slowdown);
   const kv::KvCacheConfig kv_config{.block_size = config.block_size,
-                                    .num_blocks = static_cast<int>(*blocks)};
+                                    .num_blocks = static_cast<int>(*blocks),
+                                    .cache_freed_prefixes = config.prefix_cache};
   impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
   auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
                                  engine->model_->dtype(), engine->model_->device());

@@ -61,6 +61,10 @@ void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
   flags.Add("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", &config->kv_blocks,
             {.min = 0});
   flags.Add("block_size", "N", "tokens per KV block", &config->block_size, {.min = 1});
+  flags.AddChoice("prefix_cache",
+                  "on: prompt-prefix blocks stay cached after their session ends, for later "
+                  "sessions, until their blocks are needed; off: shared only while held",
+                  &config->prefix_cache, {{"on", true}, {"off", false}});
 }
 
 void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {

@@ -103,6 +103,9 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
   running_ = gauge("num_sessions_running", "Sessions admitted to the engine.");
   waiting_ = gauge("num_sessions_waiting", "Sessions waiting for admission (new or preempted).");
   kv_usage_ = gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).");
+  kv_cached_ = gauge("kv_cache_cached_blocks",
+                     "Free KV cache blocks that keep a prompt prefix for later sessions (the "
+                     "prefix cache; reused, or evicted when a block is needed).");
   source_tokens_ = counter("source_tokens_total", "Prompt and source tokens read.");
   generation_tokens_ = counter("generation_tokens_total", "Target tokens generated.");
   preemptions_ = counter("num_preemptions_total", "Sessions preempted by recompute.");
@@ -208,6 +211,7 @@ void Metrics::UpdateLocked(const engine::EngineStats& stats) {
   kv_usage_->Set(stats.kv.total_blocks > 0
                      ? 1.0 - static_cast<double>(stats.kv.free_blocks) / stats.kv.total_blocks
                      : 0.0);
+  kv_cached_->Set(static_cast<double>(stats.kv.cached_blocks));
   auto advance = [](prometheus::Counter* c, int64_t now, int64_t before) {
     if (now > before) c->Increment(static_cast<double>(now - before));
   };

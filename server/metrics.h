@@ -102,6 +102,7 @@ class Metrics {
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;
+  prometheus::Gauge* kv_cached_;
   prometheus::Counter* source_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Counter* preemptions_;

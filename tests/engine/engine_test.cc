@@ -108,6 +108,49 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
   }
 }
 
+// The prefix cache: sessions one after another (each opened when the one before has ended, so
+// none holds the prompt when the next starts), of every paradigm, produce exactly what each
+// produces alone, with the cache and without it, in a large pool and a small one; with it, every
+// session after the first takes its prompt's full blocks from the cache; every block is free
+// afterwards (the cached ones counted free). Eviction is the allocator's test.
+TEST(EngineTest, APrefixCacheOutlivesSessionsAndChangesNoOutput) {
+  auto m = testing::TinyChatModel(3);
+  ASSERT_NE(m, nullptr);
+  for (const bool cache : {true, false}) {
+    for (const int64_t blocks : {2048, 40}) {
+      EngineConfig config;
+      config.block_size = 4;
+      config.kv_blocks = blocks;
+      config.prefix_cache = cache;
+      auto engine = Engine::Create(m, config);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::mt19937 rng(23);
+      for (int i = 0; i < 8; ++i) {
+        const SessionConfig session_config =
+            Config(1 + i % 3, static_cast<session::Paradigm>(i % 4));
+        const std::vector<std::string> words = Words(rng);
+        Collector collector;
+        auto handle = (*engine)->Open(session_config, collector.Callback());
+        ASSERT_TRUE(handle.ok()) << handle.status();
+        Feed(**handle, words, 300 + i);
+        const SessionEvent done = collector.Wait();
+        ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+        const session::SessionResult alone = RunAlone(*m, session_config.options, words);
+        EXPECT_EQ(done.output, alone.output) << "cache " << cache << " session " << i;
+        EXPECT_EQ(done.delays, alone.delays) << "cache " << cache << " session " << i;
+        if (cache && i > 0) {
+          EXPECT_GT(done.counters.shared_tokens, 0) << "session " << i << " missed the cache";
+        } else {
+          EXPECT_EQ(done.counters.shared_tokens, 0) << "cache " << cache << " session " << i;
+        }
+      }
+      const EngineStats stats = (*engine)->stats();
+      EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+      EXPECT_EQ(stats.kv.cached_blocks > 0, cache);
+    }
+  }
+}
+
 // With a seed, sampled output is the same alone and in a crowd.
 TEST(EngineTest, SeededSamplingIsBatchIndependent) {
   auto m = testing::TinyChatModel(4);

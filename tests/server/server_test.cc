@@ -319,6 +319,8 @@ TEST_F(ServerTest, MetricsAreConsistent) {
   EXPECT_EQ(value("gpeserve:num_sessions_running" + m), 0);
   EXPECT_EQ(value("gpeserve:num_sessions_waiting" + m), 0);
   EXPECT_EQ(value("gpeserve:kv_cache_usage_perc" + m), 0);
+  // The sessions' prompts stay cached after them (free, but findable by later sessions).
+  EXPECT_GT(value("gpeserve:kv_cache_cached_blocks" + m), 0);
   EXPECT_EQ(value("gpeserve:num_preemptions_total" + m), 0);
   EXPECT_GE(value("gpeserve:prefix_cache_queries_total" + m),
             value("gpeserve:prefix_cache_hits_total" + m));
