@@ -246,6 +246,7 @@ absl::Status RunLongForm(const CommandModel& loaded, engine::EngineConfig config
         }
         break;
       case engine::SessionEvent::Kind::kTokens:
+      case engine::SessionEvent::Kind::kWaiting:  // not asked for (report_waiting is off)
         break;
     }
   }
