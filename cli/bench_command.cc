@@ -368,13 +368,10 @@ int BenchCommand(int argc, char** argv, int first) {
   flags::AddModelFlags(flags, &model_flags, "an existing model folder instead of --preset");
   std::vector<int> counts = {1, 8, 32, 64};
   const std::vector<int> pace_counts = {1, 2, 4, 8, 16, 32};
-  bool counts_set = false;
   flags.AddParsed("sessions", "N,N",
                   "concurrent sessions per row (--pace: speakers; default 1,2,4,8,16,32)",
-                  absl::StrJoin(counts, ","), [&](std::string_view text) {
-                    counts_set = true;
-                    return ParsePositiveList(text, &counts);
-                  });
+                  absl::StrJoin(counts, ","),
+                  [&counts](std::string_view text) { return ParsePositiveList(text, &counts); });
   int words = 40;
   flags.Add("words", "N", "source words per session", &words, {.min = 1});
   engine::SessionConfig config;
@@ -469,7 +466,8 @@ int BenchCommand(int argc, char** argv, int first) {
     }
     std::cout << model_line << (random_weights ? "random weights, sampled at temperature 1; " : "")
               << engine_line;
-    return RunPaceRows(m, engine_config, config, counts_set ? counts : pace_counts, pace);
+    return RunPaceRows(m, engine_config, config, flags.Given("sessions") ? counts : pace_counts,
+                       pace);
   }
   config.options.policy.ignore_eos = true;
   config.options.policy.max_lag_words = 1 << 20;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -105,7 +106,7 @@ class Recorder {
     std::lock_guard<std::mutex> lock(mu_);
     *target_tokens = target_tokens_;
     target_tokens_ = 0;
-    return std::move(words_);
+    return std::exchange(words_, {});
   }
 
   // The steps planned at or after `from` (seconds since the origin), and their tokens.
@@ -147,7 +148,6 @@ class Recorder {
 };
 
 struct Row {
-  int sessions = 0;
   int64_t words = 0;
   double p50 = 0, p99 = 0;            // seconds
   double waiting = 0, computing = 0;  // seconds, means over the words
@@ -245,7 +245,6 @@ absl::StatusOr<Row> RunRow(engine::Engine& eng, Recorder& recorder,
   const std::vector<WordTimes> words = recorder.TakeWords(&target_tokens);
   const std::vector<eval::StepSpan> steps = recorder.Steps(row_origin, &step_tokens);
   Row row;
-  row.sessions = n;
   row.words = static_cast<int64_t>(words.size());
   std::vector<double> lags;
   double waiting = 0, computing = 0, word_steps = 0;

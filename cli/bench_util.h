@@ -31,11 +31,12 @@ std::vector<std::string> BenchSource(int count);
 
 // Loads `model_dir`, or the built-in default model when `preset` is "default", or writes a
 // random `preset` model whose tokenizer is a 1000-token byte-level BPE trained on BenchWords()
-// and the corpus's English sentences to a temporary folder, loads it and removes the folder (the mapping stays valid); with
-// `options` (the preset's weights are stored in fp32 when options.dtype is fp32, else bf16).
-// Logs the model's kernel path on stderr. The model keeps the preset's full vocabulary (its LM
-// head costs what the real checkpoint's does); the ids beyond the small tokenizer decode to
-// made-up word starts (even ids) and word pieces (odd ids), so that random output has words.
+// and the corpus's English sentences to a temporary folder, loads it and removes the folder (the
+// mapping stays valid); with `options` (the preset's weights are stored in fp32 when options.dtype
+// is fp32, else bf16). Logs the model's kernel path on stderr. The model keeps the preset's full
+// vocabulary (its LM head costs what the real checkpoint's does); the ids beyond the small
+// tokenizer decode to made-up word starts (even ids) and word pieces (odd ids), so that random
+// output has words.
 absl::StatusOr<std::shared_ptr<const model::Model>> LoadBenchModel(
     const std::optional<std::string>& model_dir, const std::string& preset,
     const model::ModelOptions& options);
