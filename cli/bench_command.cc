@@ -389,6 +389,8 @@ int BenchCommand(int argc, char** argv, int first) {
             &engine_config.scheduler.max_batch_tokens, {.min = 1});
   flags.Add("max_sessions_per_step", "N", "sessions in one forward pass",
             &engine_config.scheduler.max_sessions_per_step, {.min = 1});
+  flags.AddChoice("fuse_reads", "run a read and the write it allows in one forward pass",
+                  &engine_config.fuse_reads, {{"on", true}, {"off", false}});
   int long_prompt = 0, rounds = 5;
   flags.Add("long_prompt", "N", "tokens of the long prompt read meanwhile (0: off)", &long_prompt,
             {.min = 0});

@@ -38,7 +38,7 @@ namespace gpeserve::engine {
 // One forward step, as EngineConfig::on_step reports it.
 struct StepReport {
   int64_t tokens = 0;    // tokens computed
-  int64_t sessions = 0;  // sessions served (pieces run)
+  int64_t sessions = 0;  // sessions served
   // When the step was planned (it holds the words posted before; a word posted later waits for
   // the next step) and when its forward pass ended (its tokens are delivered after).
   std::chrono::steady_clock::time_point start, end;
@@ -52,6 +52,11 @@ struct EngineConfig {
   // prompt (kv::BlockAllocator), until their blocks are needed; false: shared only while held.
   bool prefix_cache = true;
   scheduler::SchedulerConfig scheduler;
+  // A session's read and the write it allows run in one forward step (the write's context
+  // names the read's slots, written before any row attends): a word then costs one step less.
+  // Within max_batch_tokens; never a long read, nor a read that fills a prompt-prefix block
+  // (StreamSession::MayCompleteBeforeRun). false: one piece per session per step.
+  bool fuse_reads = true;
   int max_sessions = 256;  // open sessions (running and waiting); Open fails beyond
   // Pacing of long reads (scheduler: long_read_tokens): while other sessions have work, the
   // steps that hold a piece of a long read are spaced so that the others' steps take on
@@ -154,7 +159,9 @@ struct EngineStats {
   int64_t sessions_waiting = 0;  // open, not admitted (new or preempted)
   int64_t steps = 0;
   int64_t step_tokens = 0;       // tokens computed over all steps
-  int64_t step_sessions = 0;     // sessions served over all steps (pieces run)
+  int64_t step_sessions = 0;     // sessions served over all steps
+  int64_t fused_pieces = 0;      // pieces run in the same step as their session's piece before
+                                 // (EngineConfig::fuse_reads)
   int64_t source_tokens = 0;     // source tokens read by finished and running sessions
   int64_t generated_tokens = 0;  // output tokens emitted
   int64_t preemptions = 0;

@@ -49,11 +49,16 @@ struct Live {
   bool waiting_reported = false;  // a kWaiting went out since the last source command
 };
 
-// The pieces of one forward step and the sessions they belong to, in the same order.
+// The pieces of one forward step and the sessions they belong to, in the same order. A
+// session's pieces after its first (fused, EngineConfig::fuse_reads) follow the plan's pieces.
 struct Batch {
   std::vector<session::Work> works;
   std::vector<Live*> lives;
   std::vector<int64_t> ids;  // lives' ids (a delivery may end a session and free its Live)
+  // Per piece: completed when it was prepared, before the forward pass (a piece of the same
+  // session follows it in this step).
+  std::vector<bool> completed;
+  int64_t sessions = 0;  // distinct sessions
 };
 
 // The event that ends session `id` with an error.
@@ -111,8 +116,13 @@ struct Engine::Impl {
   std::vector<scheduler::Candidate> Candidates() const;
   // Ends the plan's sessions that can never fit; preempts its victims.
   void Evict(const scheduler::Plan& plan);
-  // The plan's pieces as work (a piece whose blocks ran short after all waits a step).
+  // The plan's pieces as work (a piece whose blocks ran short after all waits a step), then
+  // the pieces fused after them (Fuse).
   Batch Prepare(const scheduler::Plan& plan);
+  // EngineConfig::fuse_reads: each piece that may complete before the forward pass is
+  // completed now, and its session's next piece joins the batch when it fits whole in what the
+  // step's token budget leaves (and is no long read); a write ends the chain.
+  void Fuse(Batch& batch);
   // The forward step, sampling and token events; false when the forward failed (its sessions
   // then end with its error).
   // `step_start`: when the step was planned (StepReport::start).

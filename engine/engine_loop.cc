@@ -159,8 +159,40 @@ Batch Engine::Impl::Prepare(const scheduler::Plan& plan) {
     batch.works.push_back(*std::move(work));
     batch.lives.push_back(&live);
     batch.ids.push_back(live.id);
+    batch.completed.push_back(false);
   }
+  batch.sessions = static_cast<int64_t>(batch.works.size());
+  Fuse(batch);
   return batch;
+}
+
+void Engine::Impl::Fuse(Batch& batch) {
+  if (!config.fuse_reads) return;
+  int64_t budget = config.scheduler.max_batch_tokens;
+  for (const session::Work& w : batch.works) budget -= static_cast<int64_t>(w.tokens.size());
+  const int bs = allocator->block_size();
+  // Appending keeps the pieces of a session in order: each is visited after the one before.
+  for (size_t i = 0; i < batch.works.size() && budget > 0; ++i) {
+    Live& live = *batch.lives[i];
+    session::SegmentedSession& s = *live.session;
+    if (batch.works[i].sample || !s.MayCompleteBeforeRun()) continue;
+    s.Complete(std::nullopt, *allocator);  // a read: no token, no event
+    batch.completed[i] = true;
+    if (s.state() != session::SegmentedSession::State::kRunnable) continue;
+    const session::StreamSession::PieceNeeds needs = s.NextPieceNeeds(bs);
+    if (needs.remaining < 1 || needs.remaining > budget ||
+        needs.remaining > config.scheduler.long_read_tokens) {
+      continue;
+    }
+    auto work = s.Prepare(needs.remaining, *allocator);
+    if (!work.ok()) continue;  // short of blocks: it runs next step
+    budget -= static_cast<int64_t>(work->tokens.size());
+    batch.works.push_back(*std::move(work));
+    batch.lives.push_back(&live);
+    batch.ids.push_back(live.id);
+    batch.completed.push_back(false);
+    ++counters.fused_pieces;
+  }
 }
 
 bool Engine::Impl::Run(const model::Model& model, Batch& batch,
@@ -174,16 +206,17 @@ bool Engine::Impl::Run(const model::Model& model, Batch& batch,
   for (const session::Work& w : batch.works) step_tokens += static_cast<int64_t>(w.tokens.size());
   ++counters.steps;
   counters.step_tokens += step_tokens;
-  counters.step_sessions += static_cast<int64_t>(batch.works.size());
+  counters.step_sessions += batch.sessions;
   if (config.on_step) {
     config.on_step({.tokens = step_tokens,
-                    .sessions = static_cast<int64_t>(batch.works.size()),
+                    .sessions = batch.sessions,
                     .start = step_start,
                     .end = std::chrono::steady_clock::now()});
   }
   int64_t row = 0;
   for (size_t i = 0; i < batch.works.size(); ++i) {
     const bool sample = batch.works[i].sample;
+    if (batch.completed[i]) continue;  // never a sampling piece
     if (!sessions.contains(batch.ids[i])) {
       row += sample ? 1 : 0;
       continue;

@@ -72,6 +72,10 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
             &config->scheduler.max_batch_tokens, {.min = 1});
   flags.Add("max_sessions_per_step", "N", "sessions in one forward step",
             &config->scheduler.max_sessions_per_step, {.min = 1});
+  flags.AddChoice("fuse_reads",
+                  "on: a session's read and the write it allows run in one forward step; "
+                  "off: one piece per session per step",
+                  &config->fuse_reads, {{"on", true}, {"off", false}});
   flags.Add("long_read_tokens", "N",
             "a read with more tokens left than this (a long prompt) is paced",
             &config->scheduler.long_read_tokens, {.min = 1});

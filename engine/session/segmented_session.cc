@@ -193,6 +193,10 @@ StepResult SegmentedSession::Complete(std::optional<int32_t> token, kv::BlockAll
   return result;
 }
 
+bool SegmentedSession::MayCompleteBeforeRun() const {
+  return !segments_.empty() && segments_.front().session->MayCompleteBeforeRun();
+}
+
 void SegmentedSession::NoteHighWater() { high_water_ = std::max(high_water_, blocks_held()); }
 
 int64_t SegmentedSession::blocks_held() const {

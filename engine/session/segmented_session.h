@@ -111,6 +111,7 @@ class SegmentedSession {
   StreamSession::PieceNeeds NextPieceNeeds(int block_size) const;
   absl::StatusOr<Work> Prepare(int64_t max_tokens, kv::BlockAllocator& allocator);
   StepResult Complete(std::optional<int32_t> token, kv::BlockAllocator& allocator);
+  bool MayCompleteBeforeRun() const;
   void Preempt(kv::BlockAllocator& allocator);
   void Release(kv::BlockAllocator& allocator);
   // Distinct blocks referenced (the running segment's and the kept prompt prefix).

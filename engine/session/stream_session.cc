@@ -374,6 +374,20 @@ StepResult StreamSession::Complete(std::optional<int32_t> token, kv::BlockAlloca
   return result;
 }
 
+bool StreamSession::MayCompleteBeforeRun() const {
+  const Feed* feed = CurrentFeed();
+  if (feed == nullptr || feed->chunk == 0) return false;                      // nothing prepared
+  if (feed->write && feed->offset + feed->chunk == feed->tokens.size()) return false;  // samples
+  if (feed->to_target || !options_.share_prefix || prefix_block_size_ == 0) return true;
+  // Prompt-prefix blocks full before and after the piece (RegisterPrefix's rule).
+  const auto full = [this](int64_t tokens) {
+    return std::min<int64_t>(static_cast<int64_t>(prefix_hashes_.size()),
+                             tokens / prefix_block_size_);
+  };
+  const int64_t after = source_.num_tokens();
+  return full(after) == full(after - static_cast<int64_t>(feed->chunk));
+}
+
 void StreamSession::Preempt(kv::BlockAllocator& allocator) {
   source_.Release(allocator);
   target_.Release(allocator);

@@ -145,6 +145,14 @@ class StreamSession {
   absl::StatusOr<Work> Prepare(int64_t max_tokens, kv::BlockAllocator& allocator);
   // The prepared piece ran. `token`: the sampled token when the piece's `sample` was set.
   StepResult Complete(std::optional<int32_t> token, kv::BlockAllocator& allocator);
+  // Whether the prepared piece may be completed (Complete with no token) before the forward
+  // pass that runs it, so that the session's next piece (the write its read allows) can be
+  // prepared into the same forward pass: its context then names the slots of the piece before
+  // it, whose K/V are written before any row attends (model::PagedAttention), so it computes
+  // exactly what it would one step later. True for a prepared piece that samples nothing and
+  // makes nothing shareable: not one that fills a block of the prompt prefix, which Complete
+  // registers for other sessions (they must not find it before its K/V are written).
+  bool MayCompleteBeforeRun() const;
   // Frees every block and forgets prepared work; the session replays its state on the next
   // Prepare calls. Not for a done session.
   void Preempt(kv::BlockAllocator& allocator);

@@ -166,6 +166,7 @@ TEST(AdapterEngineTest, MixedAdaptersInOneStepEqualEachAlone) {
     const engine::EngineStats stats = (*engine)->stats();
     EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
     EXPECT_GT(stats.kv.prefix_hits, 0) << "sessions of one adapter share their prompt";
+    EXPECT_GT(stats.fused_pieces, 0) << "reads and writes fused across adapters";
   }
 }
 

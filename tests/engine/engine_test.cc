@@ -108,6 +108,55 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
   }
 }
 
+// A read and the write it allows in one step (EngineConfig::fuse_reads) change no output:
+// sessions of every paradigm, wait-k 1 to 3, word and token units, the reference code's compat
+// mode, live at random times, produce exactly what each produces alone offline (one piece per
+// forward), fused and not; pieces were fused only when asked. (Adapters and long-form segments:
+// their own tests, fused by default.)
+TEST(EngineTest, FusedReadsAndWritesEqualSeparateSteps) {
+  auto m = testing::TinyChatModel(3);
+  ASSERT_NE(m, nullptr);
+  for (const bool fuse : {true, false}) {
+    EngineConfig config;
+    config.block_size = 4;
+    config.kv_blocks = 2048;
+    config.scheduler.max_batch_tokens = 32;
+    config.scheduler.max_sessions_per_step = 6;
+    config.fuse_reads = fuse;
+    auto engine = Engine::Create(m, config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::mt19937 rng(29);
+    const int n = 12;
+    std::vector<SessionConfig> configs;
+    std::vector<std::vector<std::string>> sources;
+    std::vector<Collector> collectors(n);
+    std::vector<std::thread> feeders;
+    for (int i = 0; i < n; ++i) {
+      configs.push_back(Config(1 + i % 3, static_cast<session::Paradigm>(i % 4)));
+      if (i % 6 == 5) configs.back().options.policy.split = policy::SplitMode::kToken;
+      if (i % 4 == 0 && i > 0) configs.back().options.policy.compat = policy::Compat::kReference;
+      sources.push_back(Words(rng));
+    }
+    for (int i = 0; i < n; ++i) {
+      auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 500 + i); });
+    }
+    for (auto& t : feeders) t.join();
+    for (int i = 0; i < n; ++i) {
+      const SessionEvent done = collectors[i].Wait();
+      ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+      const session::SessionResult alone = RunAlone(*m, configs[i].options, sources[i]);
+      EXPECT_EQ(done.output, alone.output) << "fuse " << fuse << " session " << i;
+      EXPECT_EQ(done.delays, alone.delays) << "fuse " << fuse << " session " << i;
+    }
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+    EXPECT_EQ(stats.fused_pieces > 0, fuse) << stats.fused_pieces;
+    EXPECT_LE(stats.step_sessions, stats.steps * config.scheduler.max_sessions_per_step);
+  }
+}
+
 // The prefix cache: sessions one after another (each opened when the one before has ended, so
 // none holds the prompt when the next starts), of every paradigm, produce exactly what each
 // produces alone, with the cache and without it, in a large pool and a small one; with it, every

@@ -209,6 +209,7 @@ TEST(LongFormTest, SegmentsEqualSeparateSessions) {
     }
     const EngineStats stats = engine->stats();
     EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+    EXPECT_GT(stats.fused_pieces, 0) << "segments' reads and writes fused";
   }
 }
 
