@@ -45,22 +45,26 @@ struct Output {
   int64_t ldy;
 };
 
-// The columns [begin, end) of one pass over the weights. A pass over all columns stores
-// finished outputs; when the activation rows are too large for L2 the columns are split into
-// chunks (MatmulRowsTyped), the first storing partial sums, the next adding to them, the last
-// applying scale and bias.
+// The vector columns [begin, end) of one pass over the weights (multiples of kLanes; the scalar
+// tail past the last multiple is the last pass's). A pass over all columns stores finished
+// outputs; when the activation rows are too large for L2 the columns are split into chunks
+// (MatmulRowsTyped) and each tile's accumulator vectors wait in a spill buffer, whole, between
+// chunks: every output is summed in the same order, lane by lane, as by one pass, so that a
+// row's result never depends on how many rows share the call (batched equals alone).
 struct Columns {
   int64_t begin, end;
-  bool first, last;
+  bool first, last;  // first: the accumulators start at zero (else from the spill); last:
+                     // finish them into y (else back to the spill)
 };
 
 // Rows [n, n + R) of W against activation rows x[0 .. G), columns c, into y rows [i, i + G).
+// spill: the accumulators between chunks, vector (g * R + r) for row n + r and activation row
+// i + g (null for a pass over all columns).
 template <class V, WeightType T, int R, int G, bool kChunked>
 inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, const Output& o,
-                 int64_t i, const Columns& c) {
+                 int64_t i, const Columns& c, float* spill) {
   using F = typename V::F;
   const int64_t cols = w.cols;
-  const int64_t vector_end = c.begin + (c.end - c.begin) / V::kLanes * V::kLanes;
   const int64_t base = n * cols;
   // The tile reads R rows side by side: R short streams that the hardware prefetchers follow
   // badly when rows are short. So it prefetches the next tile (the next R rows) at the pace it
@@ -73,9 +77,11 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) acc[r][g] = V::Zero();
+    for (int g = 0; g < G; ++g) {
+      acc[r][g] = c.first ? V::Zero() : V::LoadX(spill + (g * R + r) * V::kLanes);
+    }
   }
-  for (int64_t k = c.begin; k < vector_end; k += V::kLanes) {
+  for (int64_t k = c.begin; k < c.end; k += V::kLanes) {
     if constexpr (kChunked) {
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) __builtin_prefetch(next + (r * cols + k) * kBytes, 0, 3);
@@ -95,39 +101,46 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
       for (int g = 0; g < G; ++g) acc[r][g] = V::Fma(wv, xv[g], acc[r][g]);
     }
   }
+  if (!c.last) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) V::Store(spill + (g * R + r) * V::kLanes, acc[r][g]);
+    }
+    return;
+  }
+  const int64_t vector_end = cols / V::kLanes * V::kLanes;
   for (int r = 0; r < R; ++r) {
     for (int g = 0; g < G; ++g) {
       float sum = V::Sum(acc[r][g]);
-      for (int64_t k = vector_end; k < c.end; ++k) {
+      for (int64_t k = vector_end; k < cols; ++k) {
         sum += ScalarWeight<T>(w.data, base + r * cols + k) * x[g * ldx + k];
       }
-      float& out = o.y[(i + g) * o.ldy + n + r];
-      if (!c.first) sum += out;
-      if (c.last) {
-        if (o.scale != nullptr) sum *= o.scale[n + r];
-        if (o.bias != nullptr) sum += o.bias[n + r];
-      }
-      out = sum;
+      if (o.scale != nullptr) sum *= o.scale[n + r];
+      if (o.bias != nullptr) sum += o.bias[n + r];
+      o.y[(i + g) * o.ldy + n + r] = sum;
     }
   }
 }
 
-// Rows [n, n + R) of W against all m activation rows, kGroup at a time.
+// Rows [n, n + R) of W against all m activation rows, kGroup at a time. spill: m x R vectors
+// (null for a pass over all columns).
 template <class V, WeightType T, int R, bool kChunked>
 inline void RowBlock(const WeightView& w, int64_t n, const float* x, int64_t m, int64_t ldx,
-                     const Output& o, const Columns& c) {
+                     const Output& o, const Columns& c, float* spill) {
   constexpr int G = V::kGroup;
+  const auto at = [spill](int64_t i) { return spill ? spill + i * R * V::kLanes : nullptr; };
   int64_t i = 0;
-  for (; i + G <= m; i += G) Tile<V, T, R, G, kChunked>(w, n, x + i * ldx, ldx, o, i, c);
+  for (; i + G <= m; i += G) Tile<V, T, R, G, kChunked>(w, n, x + i * ldx, ldx, o, i, c, at(i));
   const int64_t rest = m - i;
   if constexpr (G > 1) {
-    if (rest == 1) Tile<V, T, R, 1, kChunked>(w, n, x + i * ldx, ldx, o, i, c);
+    if (rest == 1) Tile<V, T, R, 1, kChunked>(w, n, x + i * ldx, ldx, o, i, c, at(i));
   }
   if constexpr (G > 2) {
-    if (rest == 2) Tile<V, T, R, 2, kChunked>(w, n, x + i * ldx, ldx, o, i, c);
+    if (rest == 2) Tile<V, T, R, 2, kChunked>(w, n, x + i * ldx, ldx, o, i, c, at(i));
   }
   if constexpr (G > 3) {
-    if (rest == 3) Tile<V, T, R, 3, kChunked>(w, n, x + i * ldx, ldx, o, i, c);
+    if (rest == 3) Tile<V, T, R, 3, kChunked>(w, n, x + i * ldx, ldx, o, i, c, at(i));
   }
   static_assert(G >= 1 && G <= 4, "remainder groups are spelled out up to 3");
 }
@@ -135,40 +148,59 @@ inline void RowBlock(const WeightView& w, int64_t n, const float* x, int64_t m, 
 // Activation bytes a pass keeps in L2 while weight tiles stream past them: with more (many
 // rows of a long input, as down_proj's), the columns are split into chunks of this size.
 constexpr int64_t kActivationBytes = 192 * 1024;
+// Floats of the spill buffer of a chunked pass (on the stack): it holds the accumulators of a
+// block of weight rows for all activation rows, so blocks have at least kRows rows and about
+// kSpillFloats / (m * kLanes).
+constexpr int64_t kSpillFloats = 16 * 1024;
 
 template <class V, WeightType T>
 void MatmulRowsTyped(const WeightView& w, const float* x, int64_t m, int64_t ldx, const float* bias,
                      float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
   const Output o{T == WeightType::kInt8 ? w.scale : nullptr, bias, y, ldy};
-  const Columns all{0, w.cols, true, true};
+  const int64_t vector_end = w.cols / V::kLanes * V::kLanes;
+  const Columns all{0, vector_end, true, true};
   if (m == 1) {
     int64_t n = n_begin;
     for (; n + V::kRowsOne <= n_end; n += V::kRowsOne) {
-      Tile<V, T, V::kRowsOne, 1, false>(w, n, x, ldx, o, 0, all);
+      Tile<V, T, V::kRowsOne, 1, false>(w, n, x, ldx, o, 0, all, nullptr);
     }
-    for (; n < n_end; ++n) Tile<V, T, 1, 1, false>(w, n, x, ldx, o, 0, all);
+    for (; n < n_end; ++n) Tile<V, T, 1, 1, false>(w, n, x, ldx, o, 0, all, nullptr);
     return;
   }
   if (m * w.cols * 4 <= kActivationBytes) {
     int64_t n = n_begin;
     for (; n + V::kRows <= n_end; n += V::kRows) {
-      RowBlock<V, T, V::kRows, false>(w, n, x, m, ldx, o, all);
+      RowBlock<V, T, V::kRows, false>(w, n, x, m, ldx, o, all, nullptr);
     }
-    for (; n < n_end; ++n) RowBlock<V, T, 1, false>(w, n, x, m, ldx, o, all);
+    for (; n < n_end; ++n) RowBlock<V, T, 1, false>(w, n, x, m, ldx, o, all, nullptr);
     return;
   }
   // (No std:: templates in this header: an inline function compiled for AVX-512 here must not
   // be the copy the linker keeps for the rest of the program.)
   const int64_t fit = kActivationBytes / (4 * m) / V::kLanes * V::kLanes;
   const int64_t chunk = fit > 16 * V::kLanes ? fit : 16 * V::kLanes;
-  for (int64_t k = 0; k < w.cols; k += chunk) {
-    const Columns c{k, k + chunk < w.cols ? k + chunk : w.cols, k == 0, k + chunk >= w.cols};
-    int64_t n = n_begin;
-    for (; n + V::kRows <= n_end; n += V::kRows) {
-      RowBlock<V, T, V::kRows, true>(w, n, x, m, ldx, o, c);
-    }
-    for (; n < n_end; ++n) RowBlock<V, T, 1, true>(w, n, x, m, ldx, o, c);
+  alignas(64) float spill[kSpillFloats];
+  int64_t block = kSpillFloats / (m * V::kLanes) / V::kRows * V::kRows;
+  if (block < V::kRows) block = V::kRows;
+  float* heap = m * V::kLanes * block > kSpillFloats ? new float[m * V::kLanes * block] : nullptr;
+  float* buffer = heap != nullptr ? heap : spill;
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += block) {
+    const int64_t n1 = n_end - n0 > block ? n0 + block : n_end;
+    int64_t k = 0;
+    do {
+      const int64_t k_end = vector_end - k > chunk ? k + chunk : vector_end;
+      const Columns c{k, k_end, k == 0, k_end == vector_end};
+      int64_t n = n0;
+      for (; n + V::kRows <= n1; n += V::kRows) {
+        RowBlock<V, T, V::kRows, true>(w, n, x, m, ldx, o, c, buffer + (n - n0) * m * V::kLanes);
+      }
+      for (; n < n1; ++n) {
+        RowBlock<V, T, 1, true>(w, n, x, m, ldx, o, c, buffer + (n - n0) * m * V::kLanes);
+      }
+      k = k_end;
+    } while (k < vector_end);
   }
+  delete[] heap;
 }
 
 template <class V, WeightType T>

@@ -136,6 +136,44 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
   EXPECT_GT(checked, 10000);
 }
 
+// Batched equals alone, bit for bit: each activation row's outputs are the same whether the
+// call has that row alone or it among others (every row count, blocks of weight rows and chunks
+// of columns included), so a session's tokens never depend on who shares its step.
+TEST(CpuMatmulTest, EachRowIsComputedAsIfAlone) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int checked = 0;
+  for (Isa isa : IsasHere()) {
+    for (WeightType type : kTypes) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 33}, {101, 200}, {250, 896},
+                                {29, 4103}, {7, 9000}}) {
+        const Matrix w = RandomMatrix(type, rows, cols, rng);
+        std::vector<float> bias(static_cast<size_t>(rows));
+        for (float& b : bias) b = normal(rng);
+        for (int64_t m : {2, 3, 5, 8, 13, 32, 64}) {
+          const int64_t ldx = cols + 1, ldy = rows;
+          std::vector<float> x(static_cast<size_t>(m * ldx));
+          for (float& v : x) v = normal(rng);
+          std::vector<float> together(static_cast<size_t>(m * ldy));
+          MatmulRows(isa, w.view(), x.data(), m, ldx, bias.data(), together.data(), ldy, 0, rows);
+          for (int64_t i = 0; i < m; ++i) {
+            std::vector<float> alone(static_cast<size_t>(rows));
+            MatmulRows(isa, w.view(), x.data() + i * ldx, 1, ldx, bias.data(), alone.data(), rows,
+                       0, rows);
+            for (int64_t n = 0; n < rows; ++n) {
+              ASSERT_EQ(together[static_cast<size_t>(i * ldy + n)], alone[static_cast<size_t>(n)])
+                  << IsaName(isa) << " " << WeightTypeName(type) << " " << rows << "x" << cols
+                  << " m=" << m << " row " << i << " output " << n;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000);
+}
+
 TEST(CpuMatmulTest, DequantizeRowsIsExact) {
   std::mt19937 rng(3);
   for (Isa isa : IsasHere()) {
