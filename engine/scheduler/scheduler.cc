@@ -79,11 +79,18 @@ Plan Schedule(const SchedulerConfig& config, const std::vector<Candidate>& candi
         }
         if (victim == nullptr) break;
         preempted.insert(victim->id);
-        // Alone in the cache: every block in use is its own. Blocks that earlier victims of this
-        // step free count from the next step only: they may be shared prefix blocks that stay
-        // held, so counting them here could end a session that fits.
-        const bool alone =
-            kv.total_blocks > 0 && victim->blocks_held + kv.free_blocks >= kv.total_blocks;
+        // Alone in the cache: every block in use is its own, and no other session holds one (a
+        // shared prompt-prefix block counts in every holder's blocks_held: the victim's own and
+        // the free ones can make the whole cache while another session shares its prefix, and
+        // then its piece may fit once that one has moved on). Blocks that earlier victims of
+        // this step free count from the next step only: they may be shared prefix blocks that
+        // stay held, so counting them here could end a session that fits.
+        const bool others_hold =
+            std::any_of(candidates.begin(), candidates.end(), [victim](const Candidate& other) {
+              return other.id != victim->id && other.blocks_held > 0;
+            });
+        const bool alone = kv.total_blocks > 0 && !others_hold &&
+                           victim->blocks_held + kv.free_blocks >= kv.total_blocks;
         (alone ? plan.never_fit : plan.preempted).push_back(victim->id);
         if (victim == c) break;
         free += victim->blocks_held;

@@ -270,6 +270,15 @@ TEST(SchedulerTest, ASessionAloneInTheCacheAndStillShortNeverFits) {
   // The next step, with the other's block free: alone.
   plan = Schedule({}, {big}, {.free_blocks = 3, .block_size = 16, .total_blocks = 9});
   EXPECT_EQ(plan.never_fit, std::vector<int64_t>{1});
+  // Another session shares its blocks (a prompt prefix both hold: blocks_held counts them in
+  // each) and runs first: the victim's blocks and the free ones make the whole cache, yet it is
+  // not alone, and is preempted, not ended.
+  Candidate sharer = Write(2, 0, /*last_served=*/-2);
+  sharer.blocks_held = 6;
+  plan = Schedule({}, {big, sharer}, {.free_blocks = 2, .block_size = 16, .total_blocks = 8});
+  EXPECT_EQ(Tokens(plan), (std::map<int64_t, int64_t>{{2, 1}}));
+  EXPECT_EQ(plan.preempted, std::vector<int64_t>{1});
+  EXPECT_TRUE(plan.never_fit.empty());
   // A waiting session's piece larger than the whole cache is cut to the cache, so that it can be
   // admitted at all; a piece that cannot be cut (a block that runs whole) never fits.
   Candidate waiting = Read(3, 7, 100);
