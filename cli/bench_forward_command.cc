@@ -2,7 +2,6 @@
 // machine, next to the memory roofline measured in the same run, with the ratios the CPU
 // kernels are judged by (docs/model.md): each dtype's decode speed against fp32's, a decode
 // step of several rows against one row, all threads against fewer, prefill against fp32's.
-#include <torch/nn/functional/linear.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "cli/make_model.h"
+#include "engine/model/linear.h"
 #include "engine/model/model.h"
 #include "engine/util/remove_tree.h"
 #include "flags/flags.h"
@@ -161,11 +161,12 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       torch::Tensor dst = torch::empty_like(src);
       copy_bandwidth = 2.0 * buffer_bytes / MedianSeconds(5, [&] { dst.copy_(src); });
       read_bandwidth = buffer_bytes / MedianSeconds(5, [&] { src.sum().item<float>(); });
-      // Compute: libtorch's fp32 GEMM on a prefill-sized product of this model's shapes.
+      // Compute: the fp32 GEMM of prefill steps (model::Linear beyond the kernel's rows) on a
+      // prefill-sized product of this model's shapes.
       const torch::Tensor a = torch::randn({512, c.hidden_size});
-      const torch::Tensor b = torch::randn({c.intermediate_size, c.hidden_size});
+      const model::Matrix b{torch::randn({c.intermediate_size, c.hidden_size}), {}};
       gemm_flops = 2.0 * 512 * c.hidden_size * c.intermediate_size /
-                   MedianSeconds(3, [&] { torch::nn::functional::linear(a, b); });
+                   MedianSeconds(3, [&] { model::Linear(a, b, {}); });
       // Multiply-adds of one row: every matrix, the LM head included, not the embedding.
       step_params = c.vocab_size * c.hidden_size;
       for (const model::LayerWeights& l : m.weights().layers) {
@@ -218,7 +219,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   std::cout << absl::StrFormat(
       "model     %s %s, %d layers, hidden %d, vocab %d; %d threads; CPU %s\n"
       "memory    copy %.2f GB/s (read + written), read %.2f GB/s (read-only sum), measured now\n"
-      "compute   %.1f GFLOP/s (libtorch fp32 GEMM, 512 rows, measured now): %.1f GFLOP a row\n"
+      "compute   %.1f GFLOP/s (the prefill GEMM, fp32, 512 rows, measured now): %.1f GFLOP a row\n"
       "decode    %d cached tokens per row; ratios against %s and against %d row%s\n",
       config.architecture_name, preset.value_or(dir), config.num_layers, config.hidden_size,
       config.vocab_size, all_threads, CpuName(), copy_bandwidth / 1e9, read_bandwidth / 1e9,

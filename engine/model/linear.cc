@@ -5,21 +5,45 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/cpu_gemm.h"
 #include "engine/kernels/cpu_matmul.h"
 
 namespace gpeserve::model {
 namespace {
 
 // Activation rows up to which a CPU linear runs the cpu_matmul kernel (weights read once for
-// all rows); beyond, a matrix-matrix product (libtorch's fp32 GEMM, on weight tiles widened to
-// fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a core
+// all rows); beyond, a matrix-matrix product (oneDNN's sgemm, cpu_gemm.h, on weight tiles
+// widened to fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a core
 // from 8 rows up while OpenBLAS's GEMM gives 45 at 32 rows and 62 at 64, 79 only at 512, and
 // the widening costs extra: the crossover is past 64 rows (docs/model.md).
 constexpr int64_t kKernelRows = 64;
 // fp32 elements in one widened weight tile of the prefill path (16 MiB).
 constexpr int64_t kTileElements = int64_t{4} << 20;
+
+// The GEMM of steps beyond kKernelRows: oneDNN's, or libtorch's (OpenBLAS under Debian's
+// libtorch) when the environment variable GPESERVE_CPU_GEMM is "libtorch" (to compare them in
+// one run). Read once.
+bool GemmIsLibtorch() {
+  static const bool libtorch = [] {
+    const char* v = std::getenv("GPESERVE_CPU_GEMM");
+    return v != nullptr && std::string_view(v) == "libtorch";
+  }();
+  return libtorch;
+}
+
+// y[:, n0:n0+rows] = x w^T for fp32 rows w [rows, in] (all threads).
+void Gemm(const torch::Tensor& x, const float* w, int64_t rows, torch::Tensor& y, int64_t n0) {
+  const int64_t m = x.size(0), in = x.size(1), out = y.size(1);
+  const std::string error = cpu::Sgemm(m, rows, in, x.data_ptr<float>(), in, w, in,
+                                       y.data_ptr<float>() + n0, out);
+  if (!error.empty()) throw std::runtime_error(error);  // the forward's boundary makes a Status
+}
 
 cpu::WeightType CpuWeightType(const torch::Tensor& data) {
   switch (data.scalar_type()) {
@@ -53,11 +77,17 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
     return y;
   }
   if (view.type == cpu::WeightType::kF32) {
-    return b.defined() ? torch::nn::functional::linear(xc, w.data, b)
-                       : torch::nn::functional::linear(xc, w.data);
+    if (GemmIsLibtorch()) {
+      return b.defined() ? torch::nn::functional::linear(xc, w.data, b)
+                         : torch::nn::functional::linear(xc, w.data);
+    }
+    torch::Tensor y = torch::empty({m, out}, xc.options());
+    Gemm(xc, w.data.data_ptr<float>(), out, y, 0);
+    if (b.defined()) y.add_(b);
+    return y;
   }
-  // Prefill: widen a tile of weight rows to fp32 (all threads), multiply it with libtorch's
-  // fp32 GEMM, next tile.
+  // Prefill: widen a tile of weight rows to fp32 (all threads), multiply it with the fp32 GEMM,
+  // next tile.
   torch::Tensor y = torch::empty({m, out}, xc.options());
   const int64_t tile_rows = std::min(out, std::max<int64_t>(64, kTileElements / in));
   torch::Tensor tile = torch::empty({tile_rows, in}, xc.options());
@@ -67,7 +97,11 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
     at::parallel_for(n0, n0 + rows, 16, [&](int64_t begin, int64_t end) {
       cpu::DequantizeRows(isa, view, begin, end, tp + (begin - n0) * in);
     });
-    y.narrow(1, n0, rows).copy_(torch::mm(xc, tile.narrow(0, 0, rows).t()));
+    if (GemmIsLibtorch()) {
+      y.narrow(1, n0, rows).copy_(torch::mm(xc, tile.narrow(0, 0, rows).t()));
+    } else {
+      Gemm(xc, tp, rows, y, n0);
+    }
   }
   if (b.defined()) y.add_(b);
   return y;
@@ -148,15 +182,18 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
                                   " threads: ", name, " weights, fp32 activations; steps of up to ",
                                   kKernelRows, " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
                                   " kernel (weights read once per step); larger steps: ");
+  const char* gemm = GemmIsLibtorch() ? "libtorch fp32 GEMM (GPESERVE_CPU_GEMM)" : "oneDNN sgemm";
   if (name == "fp32") {
-    absl::StrAppend(&path, "libtorch fp32 GEMM");
+    absl::StrAppend(&path, gemm);
   } else {
-    absl::StrAppend(&path, name, " tiles widened to fp32 + libtorch fp32 GEMM");
+    absl::StrAppend(&path, name, " tiles widened to fp32 + ", gemm);
   }
   if (cpu::IsaForced()) {
     absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
                     cpu::IsaName(cpu::DetectedIsa()), ")");
   }
+  // Attention's products go through libtorch, whose BLAS may have misread the CPU.
+  absl::StrAppend(&path, "; attention: libtorch; ", cpu::BlasCoreReport(cpu::OpenBlasCore()));
   return path;
 }
 

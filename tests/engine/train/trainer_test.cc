@@ -149,7 +149,10 @@ TEST_F(TrainerTest, CheckpointRoundTrip) {
                                    torch::arange(n), attention);
   ASSERT_TRUE(logits.ok()) << logits.status();
   const torch::Tensor ours = t->Logits(tokens, positions);
-  EXPECT_TRUE(torch::allclose(ours, *logits, 1e-5, 1e-5));
+  // Two fp32 paths (the trainer's libtorch products, the served model's kernels and oneDNN's
+  // sgemm for these 95 rows) sum in different orders: equal within 1e-5 of the largest logit.
+  const double scale = ours.abs().max().item<double>();
+  EXPECT_LE((ours - *logits).abs().max().item<double>(), 1e-5 * scale) << "largest " << scale;
   // And they differ from the initial model's: training changed the weights.
   model::DenseAttention again({}, {}, model::DenseAttention::CausalMask(n));
   auto initial =
