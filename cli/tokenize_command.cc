@@ -1,8 +1,10 @@
 // gpe tokenize / gpe detokenize: line-oriented JSON filters over a Hugging Face tokenizer.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +26,9 @@ struct TokenizerFlags {
 void AddTokenizerFlags(flags::FlagSet& flags, TokenizerFlags* source) {
   flags.Add("model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)",
             &source->model_dir);
-  flags.Add("tokenizer", "FILE", "a tokenizer.json file (instead of --model)", &source->file);
+  flags.Add("tokenizer", "FILE",
+            "a tokenizer.json file, or a folder holding one (as --model) (instead of --model)",
+            &source->file);
 }
 
 // Parses flags and loads the tokenizer; on failure or --help returns an exit code.
@@ -35,8 +39,13 @@ std::optional<int> Setup(flags::FlagSet& flags, const TokenizerFlags& source, in
     std::cerr << "gpe: give exactly one of --model DIR or --tokenizer FILE\n\n" << flags.Help();
     return 2;
   }
-  auto loaded = source.model_dir ? tokenizer::Tokenizer::Load(*source.model_dir)
-                                 : tokenizer::Tokenizer::LoadFiles(*source.file, "");
+  // A folder given as --tokenizer is read as --model would read it (tokenizer.json and
+  // tokenizer_config.json), not parsed as JSON.
+  std::error_code error;
+  const bool folder =
+      source.model_dir.has_value() || std::filesystem::is_directory(*source.file, error);
+  auto loaded = folder ? tokenizer::Tokenizer::Load(source.model_dir.value_or(*source.file))
+                       : tokenizer::Tokenizer::LoadFiles(*source.file, "");
   if (!loaded.ok()) {
     std::cerr << "gpe: cannot load tokenizer: " << loaded.status().message() << "\n";
     return 1;
@@ -60,7 +69,7 @@ void ReportLineError(size_t line_number, std::string_view message) {
 
 int TokenizeCommand(int argc, char** argv, int first) {
   flags::FlagSet flags(
-      "gpe", "gpe tokenize (--model DIR | --tokenizer FILE) [options] < strings.jsonl",
+      "gpe", "gpe tokenize (--model DIR | --tokenizer FILE|DIR) [options] < strings.jsonl",
       "Reads one JSON string per line from stdin and prints {\"ids\":[...]} per line.\n"
       "Special tokens written in the text (e.g. <|im_start|>) are recognised. Text must be\n"
       "valid UTF-8; a bad line prints {\"error\":...} and the exit code becomes 1.");
@@ -104,7 +113,7 @@ int TokenizeCommand(int argc, char** argv, int first) {
 
 int DetokenizeCommand(int argc, char** argv, int first) {
   flags::FlagSet flags(
-      "gpe", "gpe detokenize (--model DIR | --tokenizer FILE) [options] < ids.jsonl",
+      "gpe", "gpe detokenize (--model DIR | --tokenizer FILE|DIR) [options] < ids.jsonl",
       "Reads one JSON list of token ids per line from stdin and prints {\"text\":\"...\"}\n"
       "per line. With --stream the ids are also fed one at a time to the incremental\n"
       "detokenizer and its pieces are printed as \"pieces\".");

@@ -100,8 +100,8 @@ bool WaitKPolicy::IsEos(int32_t token) const {
   return !Trim(text).empty() && Trim(text) == Trim(end_text_);
 }
 
-bool WaitKPolicy::EndsTurn(int32_t token) const {
-  const std::string_view end = Trim(end_text_);
+bool WaitKPolicy::EndsTurn(int32_t token, bool exact) const {
+  const std::string_view end = exact ? std::string_view(end_text_) : Trim(end_text_);
   if (end.empty()) return false;
   const std::string text =
       tokenizer_.Decode(std::span<const int32_t>(&token, 1), {.skip_special_tokens = false});
@@ -150,7 +150,7 @@ WaitKPolicy::TokenOutcome WaitKPolicy::OnTokenMethod(int32_t token) {
   if (IsEos(token)) {
     // The last target word, if unfinished, completes here when the token ends the turn; any
     // other end-of-sequence id records nothing (docs/GPE.md 4, step 3).
-    if (!write_tokens_.empty() && EndsTurn(token)) delays_.push_back(Delay());
+    if (!write_tokens_.empty() && EndsTurn(token, /*exact=*/false)) delays_.push_back(Delay());
     write_tokens_.clear();
     pending_.clear();
     done_ = DoneReason::kEndOfSequence;
@@ -200,7 +200,8 @@ WaitKPolicy::TokenOutcome WaitKPolicy::OnTokenReference(int32_t token) {
   if (IsEos(token)) {
     // It ends the target; it is a stop too (a delay) when it ends the turn, or when rule a or
     // the cap would stop here anyway.
-    if (EndsTurn(token) || StartsNewWord() || since_read_ >= config_.max_write_tokens) {
+    if (EndsTurn(token, /*exact=*/true) || StartsNewWord() ||
+        since_read_ >= config_.max_write_tokens) {
       delays_.push_back(Delay());
     }
     pending_.clear();

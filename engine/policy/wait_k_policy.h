@@ -108,9 +108,11 @@ class WaitKPolicy {
   TokenOutcome OnTokenMethod(int32_t token);
   TokenOutcome OnTokenReference(int32_t token);
   bool IsEos(int32_t token) const;
-  // The token's text contains the profile's end string (leading and trailing whitespace of
-  // the end string aside): an end-of-sequence token that records a delay.
-  bool EndsTurn(int32_t token) const;
+  // The token's text contains the profile's end string: an end-of-sequence token that records
+  // a delay. `exact` (the reference code's `end in token_text`): the end string as the profile
+  // gives it, so ChatML's "<|im_end|>\n" is in no single token's text; else without its leading
+  // and trailing whitespace.
+  bool EndsTurn(int32_t token, bool exact) const;
   // Stop rule b. `exact`: the token's text is the mark itself (the reference code), else the
   // mark with whitespace around it.
   bool IsTerminatingPunctuation(int32_t token, bool exact) const;

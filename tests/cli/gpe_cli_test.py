@@ -53,6 +53,9 @@ def main():
     check("good input exits 0", rc == 0, rc)
     good = [json.loads(l) for l in out.splitlines()]
     check("one output per line", len(good) == 2 and all("ids" in g for g in good), out)
+    # A folder given as --tokenizer is read as --model reads it (not parsed as JSON).
+    rc_dir, out_dir, err_dir = run([gpe, "tokenize", "--tokenizer", a.model], b'"ok"\n"fine"\n')
+    check("tokenize --tokenizer DIR == --model DIR", rc_dir == 0 and out_dir == out, err_dir)
 
     # Bad lines are reported in place; the others are still processed.
     bad = b'"ok"\n{bad\n"\xff\xfe"\n"\\ud800"\n42\n"fine"\n'

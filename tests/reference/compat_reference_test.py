@@ -101,8 +101,10 @@ class Oracle:
             alone = self.tok.decode([token], skip_special_tokens=False)
             new_word = " " in text[1:]
             discard = new_word and len(since_discard) >= 2
+            # The end string as the profile holds it, untrimmed ("<|im_end|>\n", in no single
+            # token's text), as the reference code tests `end_Instruct in token_text`.
             stop = (new_word or alone in PUNCTUATION or since_read >= MAX_WRITE or
-                    end_text in alone)
+                    PROMPT["end"] in alone)
             end_of_sequence = token in self.eos or alone.strip() == end_text
             if not discard and not end_of_sequence:
                 kept.append(token)

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -233,10 +234,11 @@ TEST_F(PolicyTest, ReferenceDiscardsTheWordAfterPunctuation) {
   WaitKPolicy p = Make(Reference({.wait_k = 1}));
   // W3 header -> A; W1 A -> "," (rule b, delay 1); R2; W1 "," -> " B" (rule a over "A, B":
   // discarded, delay 2, "," rolled back); R3; W1 "," -> " B" (kept: the list restarted);
-  // W1 " B" -> end of turn (delay 3).
+  // W1 " B" -> end of turn, no delay: the reference code looks for its end string untrimmed,
+  // "<|im_end|>\n", which the token's text "<|im_end|>" does not contain.
   EXPECT_EQ(Drive(p, target, 3), "R0 R1 W3 W1 R2 W1 R3 W1 W1");
   EXPECT_EQ(p.output(), target);
-  EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{1, 2}));
 }
 
 // Rule 2, the other half: a single token with a space inside stops the write (a delay) but is
@@ -258,16 +260,37 @@ TEST_F(PolicyTest, ReferenceKeepsALoneTokenThatStartsAWord) {
   EXPECT_EQ(p.Next().step, Step::kRead);
 }
 
+// The end of turn in the reference code: a delay when the token's text contains the profile's
+// end string exactly as given. With "<|im_end|>\n" (ChatML, as the profiles hold it) no token
+// does, so it records none there; with "<|im_end|>" it does. The method trims the end string
+// and records one for the unfinished word either way.
+TEST_F(PolicyTest, ReferenceEndOfTurnTestsTheEndStringUntrimmed) {
+  for (const std::string end : {"<|im_end|>\n", "<|im_end|>"}) {
+    for (const Compat compat : {Compat::kNone, Compat::kReference}) {
+      WaitKPolicy p(PolicyConfig{.wait_k = 1, .compat = compat}, *tokenizer_, kHeader, {kEos},
+                    end);
+      p.AddSourceUnit();
+      p.EndSource();
+      for (int i = 0; i < 3; ++i) p.OnRead();  // prefix, the word, the end
+      p.OnToken(Id("A"));
+      p.OnToken(kEos);
+      const bool delay = compat == Compat::kNone || end == "<|im_end|>";
+      EXPECT_EQ(p.delays(), delay ? std::vector<int64_t>{2} : std::vector<int64_t>{})
+          << "end " << absl::CEscape(end) << " compat " << static_cast<int>(compat);
+    }
+  }
+}
+
 // Rule 3: "He works." at k = 5: the counter starts at 5 although the source has 3 units, so
 // every delay is 5 (the method records 3). Rule 2 makes " B" a discard and a re-write here too.
 TEST_F(PolicyTest, ReferenceCounterStartsAtKOnAShortSource) {
   const std::vector<int32_t> target = {Id("A"), Id("\u0120B"), '.'};
   WaitKPolicy p = Make(Reference({.wait_k = 5}));
   // W3 -> A; W1 A -> " B" (discarded, delay 5); W1 A -> " B"; W1 -> "." (delay 5); W1 "." ->
-  // end of turn (delay 5).
+  // end of turn (no delay: the end string untrimmed is in no token).
   EXPECT_EQ(Drive(p, target, 2), "R0 R1 R2 R3 W3 W1 W1 W1 W1");
   EXPECT_EQ(p.output(), target);
-  EXPECT_EQ(p.delays(), (std::vector<int64_t>{5, 5, 5}));
+  EXPECT_EQ(p.delays(), (std::vector<int64_t>{5, 5}));
   EXPECT_EQ(p.units_read(), 3);
 }
 
