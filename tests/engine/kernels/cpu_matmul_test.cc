@@ -260,7 +260,9 @@ TEST(CpuMatmulTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(FloatToBf16(f), 0x3F81);
   for (uint32_t h = 0; h < 65536; ++h) {
     const float v = Bf16ToFloat(static_cast<uint16_t>(h));
-    if (!std::isnan(v)) ASSERT_EQ(FloatToBf16(v), h);
+    if (!std::isnan(v)) {
+      ASSERT_EQ(FloatToBf16(v), h);
+    }
   }
 }
 
