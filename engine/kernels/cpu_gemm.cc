@@ -40,8 +40,8 @@ Isa CoreIsa(std::string core) {
   }
   for (std::string_view old :
        {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "barcelona", "opteron",
-        "opteron_sse3", "bobcat", "sandybridge", "bulldozer", "piledriver", "katmai",
-        "coppermine", "northwood", "banias", "generic"}) {
+        "opteron_sse3", "bobcat", "sandybridge", "bulldozer", "piledriver", "katmai", "coppermine",
+        "northwood", "banias", "generic"}) {
     if (core == old) return Isa::kScalar;
   }
   return Isa::kAvx2;  // haswell, zen, steamroller, excavator, ... and names we do not know

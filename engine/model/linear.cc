@@ -19,8 +19,8 @@ namespace {
 
 // Activation rows up to which a CPU linear runs the cpu_matmul kernel (weights read once for
 // all rows); beyond, a matrix-matrix product (oneDNN's sgemm, cpu_gemm.h, on weight tiles
-// widened to fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a core
-// from 8 rows up while OpenBLAS's GEMM gives 45 at 32 rows and 62 at 64, 79 only at 512, and
+// widened to fp32 unless they are fp32 already). On Zen 3 (AVX2) the kernel holds 55-74 GFLOP/s a
+// core from 8 rows up while OpenBLAS's GEMM gives 45 at 32 rows and 62 at 64, 79 only at 512, and
 // the widening costs extra: the crossover is past 64 rows (docs/model.md).
 constexpr int64_t kKernelRows = 64;
 // fp32 elements in one widened weight tile of the prefill path (16 MiB).
@@ -40,8 +40,8 @@ bool GemmIsLibtorch() {
 // y[:, n0:n0+rows] = x w^T for fp32 rows w [rows, in] (all threads).
 void Gemm(const torch::Tensor& x, const float* w, int64_t rows, torch::Tensor& y, int64_t n0) {
   const int64_t m = x.size(0), in = x.size(1), out = y.size(1);
-  const std::string error = cpu::Sgemm(m, rows, in, x.data_ptr<float>(), in, w, in,
-                                       y.data_ptr<float>() + n0, out);
+  const std::string error =
+      cpu::Sgemm(m, rows, in, x.data_ptr<float>(), in, w, in, y.data_ptr<float>() + n0, out);
   if (!error.empty()) throw std::runtime_error(error);  // the forward's boundary makes a Status
 }
 

@@ -376,7 +376,7 @@ StepResult StreamSession::Complete(std::optional<int32_t> token, kv::BlockAlloca
 
 bool StreamSession::MayCompleteBeforeRun() const {
   const Feed* feed = CurrentFeed();
-  if (feed == nullptr || feed->chunk == 0) return false;                      // nothing prepared
+  if (feed == nullptr || feed->chunk == 0) return false;  // nothing prepared
   if (feed->write && feed->offset + feed->chunk == feed->tokens.size()) return false;  // samples
   if (feed->to_target || !options_.share_prefix || prefix_block_size_ == 0) return true;
   // Prompt-prefix blocks full before and after the piece (RegisterPrefix's rule).

@@ -46,6 +46,23 @@ void Feed(SessionHandle& handle, const std::vector<std::string>& words, uint64_t
   handle.EndSource();
 }
 
+// Opens a session per config on `engine`, feeds each its source from a thread of its own (Feed
+// with seed `seed + i`) and waits for the feeders; the events go to `collectors`.
+void OpenAndFeed(Engine& engine, const std::vector<SessionConfig>& configs,
+                 const std::vector<std::vector<std::string>>& sources,
+                 std::vector<Collector>& collectors, uint64_t seed) {
+  std::vector<std::thread> feeders;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto handle = engine.Open(configs[i], collectors[i].Callback());
+    if (!handle.ok()) {
+      for (auto& t : feeders) t.join();
+      FAIL() << handle.status();
+    }
+    feeders.emplace_back([h = *handle, &sources, i, seed] { Feed(*h, sources[i], seed + i); });
+  }
+  for (auto& t : feeders) t.join();
+}
+
 // Invariants 2 and 3: sessions of every paradigm and compat mode run together, arriving and
 // pushing words at random times,
 // produce exactly the tokens and delays each produces alone offline; the events' tokens add
@@ -69,7 +86,6 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
       std::vector<SessionConfig> configs;
       std::vector<std::vector<std::string>> sources;
       std::vector<Collector> collectors(n);
-      std::vector<std::thread> feeders;
       for (int i = 0; i < n; ++i) {
         // Every paradigm, and the reference code's compat sessions (a non-causal header block
         // and their own stop rules) batched with the others.
@@ -78,12 +94,7 @@ TEST(EngineTest, ConcurrentLiveSessionsEqualOfflineRunsAlone) {
         if (i % 5 == 4) configs.back().options.policy.compat = policy::Compat::kReference;
         sources.push_back(Words(rng));
       }
-      for (int i = 0; i < n; ++i) {
-        auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
-        ASSERT_TRUE(handle.ok()) << handle.status();
-        feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 100 + i); });
-      }
-      for (auto& t : feeders) t.join();
+      ASSERT_NO_FATAL_FAILURE(OpenAndFeed(**engine, configs, sources, collectors, 100));
       for (int i = 0; i < n; ++i) {
         const SessionEvent done = collectors[i].Wait();
         ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
@@ -130,19 +141,13 @@ TEST(EngineTest, FusedReadsAndWritesEqualSeparateSteps) {
     std::vector<SessionConfig> configs;
     std::vector<std::vector<std::string>> sources;
     std::vector<Collector> collectors(n);
-    std::vector<std::thread> feeders;
     for (int i = 0; i < n; ++i) {
       configs.push_back(Config(1 + i % 3, static_cast<session::Paradigm>(i % 4)));
       if (i % 6 == 5) configs.back().options.policy.split = policy::SplitMode::kToken;
       if (i % 4 == 0 && i > 0) configs.back().options.policy.compat = policy::Compat::kReference;
       sources.push_back(Words(rng));
     }
-    for (int i = 0; i < n; ++i) {
-      auto handle = (*engine)->Open(configs[i], collectors[i].Callback());
-      ASSERT_TRUE(handle.ok()) << handle.status();
-      feeders.emplace_back([h = *handle, &sources, i] { Feed(*h, sources[i], 500 + i); });
-    }
-    for (auto& t : feeders) t.join();
+    ASSERT_NO_FATAL_FAILURE(OpenAndFeed(**engine, configs, sources, collectors, 500));
     for (int i = 0; i < n; ++i) {
       const SessionEvent done = collectors[i].Wait();
       ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;

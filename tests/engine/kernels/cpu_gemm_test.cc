@@ -20,8 +20,11 @@ TEST(CpuGemmTest, SgemmEqualsDoubleReferenceOnOddShapes) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   int checked = 0;
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {65, 7, 33},
-                         {130, 257, 96}, {3, 1000, 17}, {200, 64, 1025}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {65, 7, 33},
+                         {130, 257, 96},
+                         {3, 1000, 17},
+                         {200, 64, 1025}}) {
     const int64_t ldx = k + 3, ldw = k + 1, ldy = n + 5;
     std::vector<float> x(static_cast<size_t>(m * ldx)), w(static_cast<size_t>(n * ldw));
     for (float& v : x) v = normal(rng);

@@ -145,8 +145,8 @@ TEST(CpuMatmulTest, EachRowIsComputedAsIfAlone) {
   int checked = 0;
   for (Isa isa : IsasHere()) {
     for (WeightType type : kTypes) {
-      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 33}, {101, 200}, {250, 896},
-                                {29, 4103}, {7, 9000}}) {
+      for (auto [rows, cols] :
+           {std::pair<int64_t, int64_t>{37, 33}, {101, 200}, {250, 896}, {29, 4103}, {7, 9000}}) {
         const Matrix w = RandomMatrix(type, rows, cols, rng);
         std::vector<float> bias(static_cast<size_t>(rows));
         for (float& b : bias) b = normal(rng);

@@ -267,8 +267,7 @@ TEST_F(PolicyTest, ReferenceKeepsALoneTokenThatStartsAWord) {
 TEST_F(PolicyTest, ReferenceEndOfTurnTestsTheEndStringUntrimmed) {
   for (const std::string end : {"<|im_end|>\n", "<|im_end|>"}) {
     for (const Compat compat : {Compat::kNone, Compat::kReference}) {
-      WaitKPolicy p(PolicyConfig{.wait_k = 1, .compat = compat}, *tokenizer_, kHeader, {kEos},
-                    end);
+      WaitKPolicy p(PolicyConfig{.wait_k = 1, .compat = compat}, *tokenizer_, kHeader, {kEos}, end);
       p.AddSourceUnit();
       p.EndSource();
       for (int i = 0; i < 3; ++i) p.OnRead();  // prefix, the word, the end
