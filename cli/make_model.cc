@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/weight_layout.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace gpeserve::model {
@@ -314,58 +315,15 @@ absl::Status MakeModel(const MakeModelOptions& o, const std::string& out_dir) {
   std::vector<TensorToWrite> tensors;
   // Norms: 1 + noise, or noise alone where the checkpoint stores w of (1 + w) (Gemma).
   const float norm_center = c.norm_weight_plus_one ? 0.0f : 1.0f;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
+  for (const WeightSpec& spec : WeightLayout(c)) {
     int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    for (int64_t d : spec.shape) n *= d;
+    const bool norm = spec.kind == WeightSpec::Kind::kNorm;
     std::vector<float> values(n);
     for (float& v : values) v = (norm ? norm_center : 0.0f) + normal(rng);
     storage.push_back(Encode(values, o.dtype));
-    tensors.push_back({name, o.dtype, std::move(shape), nullptr});
-  };
-  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim,
-                ff = c.intermediate_size;
-  add("model.embed_tokens.weight", {c.vocab_size, h}, false);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    add(p + "input_layernorm.weight", {h}, true);
-    add(p + "post_attention_layernorm.weight", {h}, true);
-    if (c.sandwich_norms) {
-      add(p + "pre_feedforward_layernorm.weight", {h}, true);
-      add(p + "post_feedforward_layernorm.weight", {h}, true);
-    }
-    if (c.fused_projections) {
-      add(p + "self_attn.qkv_proj.weight", {q + 2 * kv, h}, false);
-    } else {
-      add(p + "self_attn.q_proj.weight", {q, h}, false);
-      add(p + "self_attn.k_proj.weight", {kv, h}, false);
-      add(p + "self_attn.v_proj.weight", {kv, h}, false);
-    }
-    if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
-      add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
-    }
-    add(p + "self_attn.o_proj.weight", {h, q}, false);
-    if (c.attention_bias) {
-      add(p + "self_attn.q_proj.bias", {q}, false);
-      add(p + "self_attn.k_proj.bias", {kv}, false);
-      add(p + "self_attn.v_proj.bias", {kv}, false);
-    }
-    if (c.o_proj_bias) add(p + "self_attn.o_proj.bias", {h}, false);
-    if (c.fused_projections) {
-      add(p + "mlp.gate_up_proj.weight", {2 * ff, h}, false);
-    } else {
-      add(p + "mlp.gate_proj.weight", {ff, h}, false);
-      add(p + "mlp.up_proj.weight", {ff, h}, false);
-    }
-    add(p + "mlp.down_proj.weight", {h, ff}, false);
-    if (c.mlp_bias) {
-      add(p + "mlp.gate_proj.bias", {ff}, false);
-      add(p + "mlp.up_proj.bias", {ff}, false);
-      add(p + "mlp.down_proj.bias", {h}, false);
-    }
+    tensors.push_back({spec.name, o.dtype, spec.shape, nullptr});
   }
-  add("model.norm.weight", {h}, true);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, false);
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = storage[i].data();
   if (absl::Status s =
           WriteSafetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});

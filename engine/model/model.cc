@@ -298,131 +298,26 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
       if (!full.ok()) return full.status();
       return QuantizeInt8(*full);
     };
-    const int64_t h = c.hidden_size, q_dim = c.num_heads * c.head_dim,
-                  kv_dim = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
-    // Loads into *out with `loader`, returning early from Load on error.
-#define GPE_LOAD_WITH(loader, out, name, ...)  \
-  do {                                         \
-    auto tensor = loader(name, {__VA_ARGS__}); \
-    if (!tensor.ok()) return tensor.status();  \
-    out = *std::move(tensor);                  \
-  } while (0)
-#define GPE_LOAD(out, name, ...) GPE_LOAD_WITH(load, out, name, __VA_ARGS__)
-#define GPE_LOAD_MATRIX(out, name, ...) GPE_LOAD_WITH(load_matrix, out, name, __VA_ARGS__)
-    GPE_LOAD_MATRIX(model->weights_.embed, "model.embed_tokens.weight", c.vocab_size, h);
-    GPE_LOAD(model->weights_.final_norm, "model.norm.weight", h);
-    if (c.tie_word_embeddings) {
-      model->weights_.lm_head = model->weights_.embed;
-    } else {
-      GPE_LOAD_MATRIX(model->weights_.lm_head, "lm_head.weight", c.vocab_size, h);
-    }
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = absl::StrCat("model.layers.", i, ".");
-      LayerWeights layer;
-      GPE_LOAD(layer.input_norm, p + "input_layernorm.weight", h);
-      if (c.sandwich_norms) {
-        GPE_LOAD(layer.attn_out_norm, p + "post_attention_layernorm.weight", h);
-        GPE_LOAD(layer.mlp_norm, p + "pre_feedforward_layernorm.weight", h);
-        GPE_LOAD(layer.mlp_out_norm, p + "post_feedforward_layernorm.weight", h);
+    Weights& w = model->weights_;
+    w.layers.resize(c.num_layers);
+    for (const WeightSpec& spec : WeightLayout(c)) {
+      if (spec.kind == WeightSpec::Kind::kMatrix) {
+        auto matrix = load_matrix(spec.name, spec.shape);
+        if (!matrix.ok()) return matrix.status();
+        PlaceMatrix(spec, *matrix, w);
       } else {
-        GPE_LOAD(layer.mlp_norm, p + "post_attention_layernorm.weight", h);
+        auto vector = load(spec.name, spec.shape);
+        if (!vector.ok()) return vector.status();
+        HeldVector(spec, w) = *std::move(vector);
       }
-      if (c.fused_projections) {
-        Matrix qkv, gate_up;
-        GPE_LOAD_MATRIX(qkv, p + "self_attn.qkv_proj.weight", q_dim + 2 * kv_dim, h);
-        layer.q_w = qkv.Rows(0, q_dim);
-        layer.k_w = qkv.Rows(q_dim, kv_dim);
-        layer.v_w = qkv.Rows(q_dim + kv_dim, kv_dim);
-        GPE_LOAD_MATRIX(gate_up, p + "mlp.gate_up_proj.weight", 2 * ff, h);
-        layer.gate_w = gate_up.Rows(0, ff);
-        layer.up_w = gate_up.Rows(ff, ff);
-      } else {
-        GPE_LOAD_MATRIX(layer.q_w, p + "self_attn.q_proj.weight", q_dim, h);
-        GPE_LOAD_MATRIX(layer.k_w, p + "self_attn.k_proj.weight", kv_dim, h);
-        GPE_LOAD_MATRIX(layer.v_w, p + "self_attn.v_proj.weight", kv_dim, h);
-        GPE_LOAD_MATRIX(layer.gate_w, p + "mlp.gate_proj.weight", ff, h);
-        GPE_LOAD_MATRIX(layer.up_w, p + "mlp.up_proj.weight", ff, h);
-      }
-      GPE_LOAD_MATRIX(layer.o_w, p + "self_attn.o_proj.weight", h, q_dim);
-      if (c.qk_norm) {
-        GPE_LOAD(layer.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
-        GPE_LOAD(layer.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
-      }
-      if (c.attention_bias) {
-        GPE_LOAD(layer.q_b, p + "self_attn.q_proj.bias", q_dim);
-        GPE_LOAD(layer.k_b, p + "self_attn.k_proj.bias", kv_dim);
-        GPE_LOAD(layer.v_b, p + "self_attn.v_proj.bias", kv_dim);
-      }
-      if (c.o_proj_bias) GPE_LOAD(layer.o_b, p + "self_attn.o_proj.bias", h);
-      GPE_LOAD_MATRIX(layer.down_w, p + "mlp.down_proj.weight", h, ff);
-      if (c.mlp_bias) {
-        GPE_LOAD(layer.gate_b, p + "mlp.gate_proj.bias", ff);
-        GPE_LOAD(layer.up_b, p + "mlp.up_proj.bias", ff);
-        GPE_LOAD(layer.down_b, p + "mlp.down_proj.bias", h);
-      }
-      model->weights_.layers.push_back(std::move(layer));
     }
-#undef GPE_LOAD_MATRIX
-#undef GPE_LOAD
-#undef GPE_LOAD_WITH
+    if (c.tie_word_embeddings) w.lm_head = w.embed;
     model->rotary_ = RotaryEmbedding(c, model->device_);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat(dir, ": libtorch error while loading: ", e.what_without_backtrace()));
   }
   return std::shared_ptr<const Model>(std::move(model));
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& c,
-                                                                const Weights& w) {
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  auto add = [&](const std::string& name, const torch::Tensor& t) {
-    if (t.defined()) named.emplace_back(name, t);
-  };
-  auto add_matrix = [&](const std::string& name, const Matrix& m) {
-    add(name, m.data);
-    add(name + "_scale", m.scale);
-  };
-  add_matrix("model.embed_tokens.weight", w.embed);
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const LayerWeights& l = w.layers[i];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    add(p + "input_layernorm.weight", l.input_norm);
-    if (c.sandwich_norms) {
-      add(p + "post_attention_layernorm.weight", l.attn_out_norm);
-      add(p + "pre_feedforward_layernorm.weight", l.mlp_norm);
-      add(p + "post_feedforward_layernorm.weight", l.mlp_out_norm);
-    } else {
-      add(p + "post_attention_layernorm.weight", l.mlp_norm);
-    }
-    if (c.fused_projections) {
-      add_matrix(p + "self_attn.qkv_proj.weight", ConcatRows({l.q_w, l.k_w, l.v_w}));
-    } else {
-      add_matrix(p + "self_attn.q_proj.weight", l.q_w);
-      add(p + "self_attn.q_proj.bias", l.q_b);
-      add_matrix(p + "self_attn.k_proj.weight", l.k_w);
-      add(p + "self_attn.k_proj.bias", l.k_b);
-      add_matrix(p + "self_attn.v_proj.weight", l.v_w);
-      add(p + "self_attn.v_proj.bias", l.v_b);
-    }
-    add(p + "self_attn.q_norm.weight", l.q_norm);
-    add(p + "self_attn.k_norm.weight", l.k_norm);
-    add_matrix(p + "self_attn.o_proj.weight", l.o_w);
-    add(p + "self_attn.o_proj.bias", l.o_b);
-    if (c.fused_projections) {
-      add_matrix(p + "mlp.gate_up_proj.weight", ConcatRows({l.gate_w, l.up_w}));
-    } else {
-      add_matrix(p + "mlp.gate_proj.weight", l.gate_w);
-      add(p + "mlp.gate_proj.bias", l.gate_b);
-      add_matrix(p + "mlp.up_proj.weight", l.up_w);
-      add(p + "mlp.up_proj.bias", l.up_b);
-    }
-    add_matrix(p + "mlp.down_proj.weight", l.down_w);
-    add(p + "mlp.down_proj.bias", l.down_b);
-  }
-  add("model.norm.weight", w.final_norm);
-  if (!c.tie_word_embeddings) add_matrix("lm_head.weight", w.lm_head);
-  return named;
 }
 
 std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
@@ -509,17 +404,13 @@ int64_t Model::weight_bytes() const {
   auto add = [&bytes](const torch::Tensor& t) {
     if (t.defined()) bytes += t.numel() * t.element_size();
   };
-  auto add_matrix = [&add](const Matrix& m) {
-    add(m.data);
-    add(m.scale);
-  };
-  add_matrix(weights_.embed);
-  if (!config_.tie_word_embeddings) add_matrix(weights_.lm_head);
-  add(weights_.final_norm);
-  for (LayerWeights layer : weights_.layers) {  // a copy of handles: ForEachTensor is mutable
-    layer.ForEachTensor(add);
-    for (const Matrix* m : {&layer.q_w, &layer.k_w, &layer.v_w, &layer.o_w, &layer.gate_w,
-                            &layer.up_w, &layer.down_w}) {
+  for (const WeightSpec& spec : WeightLayout(config_)) {
+    if (spec.kind != WeightSpec::Kind::kMatrix) {
+      add(HeldVector(spec, weights_));
+      continue;
+    }
+    for (const Matrix* m : HeldMatrices(spec, weights_)) {
+      add(m->data);
       add(m->scale);
     }
   }

@@ -24,46 +24,10 @@
 #include "engine/model/linear.h"
 #include "engine/model/options.h"
 #include "engine/model/rotary.h"
+#include "engine/model/weight_layout.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace gpeserve::model {
-
-// A model's weights as served (inference) or as trainable fp32 parameters (training); both run
-// through the same TransformerHidden. Norms and biases are in the activation dtype. Undefined
-// tensors are absent from the architecture. Fused checkpoint projections (Phi-3's qkv_proj and
-// gate_up_proj) are held as row ranges of the fused matrix (views, no copy).
-struct LayerWeights {
-  torch::Tensor input_norm;      // before attention (input_layernorm)
-  torch::Tensor mlp_norm;        // before the MLP (post_attention_layernorm; Gemma 2's
-                                 // pre_feedforward_layernorm)
-  torch::Tensor attn_out_norm;   // Gemma 2: on the attention output (post_attention_layernorm)
-  torch::Tensor mlp_out_norm;    // Gemma 2: on the MLP output (post_feedforward_layernorm)
-  torch::Tensor q_norm, k_norm;  // Qwen 3: per head, [head_dim]
-  Matrix q_w, k_w, v_w, o_w, gate_w, up_w, down_w;
-  torch::Tensor q_b, k_b, v_b, o_b, gate_b, up_b, down_b;
-
-  // Every tensor member, for code that treats them alike (copying, counting).
-  template <typename F>
-  void ForEachTensor(F&& f) {
-    for (torch::Tensor* t : {&input_norm,  &mlp_norm,  &attn_out_norm, &mlp_out_norm, &q_norm,
-                             &k_norm,      &q_w.data,  &k_w.data,      &v_w.data,     &o_w.data,
-                             &gate_w.data, &up_w.data, &down_w.data,   &q_b,          &k_b,
-                             &v_b,         &o_b,       &gate_b,        &up_b,         &down_b}) {
-      f(*t);
-    }
-  }
-};
-struct Weights {
-  Matrix embed, lm_head;  // lm_head is embed when tied
-  torch::Tensor final_norm;
-  std::vector<LayerWeights> layers;
-};
-
-// Every defined tensor with its Hugging Face name (lm_head only when untied), in file order;
-// an int8 matrix's scale follows it as "<name>_scale". Fused projections are concatenated
-// (copies) under their checkpoint names.
-std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& config,
-                                                                const Weights& weights);
 
 // The transformer body: embeddings, every layer (attention through `attention`), returning
 // the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, rotary_dim] rotary
