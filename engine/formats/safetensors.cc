@@ -1,10 +1,5 @@
 #include "engine/formats/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -156,36 +151,16 @@ absl::StatusOr<std::vector<TensorInfo>> ParseSafetensors(std::string_view file,
 
 absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::InternalError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-  }
+  auto mapped = MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* base = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (base == MAP_FAILED) {
-      ::close(fd);
-      return absl::InternalError(absl::StrCat(path, ": cannot mmap: ", std::strerror(errno)));
-    }
-    file->base_ = static_cast<const char*>(base);
-  }
-  ::close(fd);
-  auto tensors = ParseSafetensors(std::string_view(file->base_, file->size_), path);
+  file->mapped_ = *std::move(mapped);
+  auto tensors = ParseSafetensors(file->mapped_->bytes(), path);
   if (!tensors.ok()) return tensors.status();
   file->tensors_ = *std::move(tensors);
   for (size_t i = 0; i < file->tensors_.size(); ++i) file->index_[file->tensors_[i].name] = i;
   return std::shared_ptr<const SafetensorsFile>(std::move(file));
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (base_ != nullptr) ::munmap(const_cast<char*>(base_), size_);
 }
 
 const TensorInfo* SafetensorsFile::Find(std::string_view name) const {

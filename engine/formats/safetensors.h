@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/formats/mapped_file.h"
 
 namespace gpeserve::model {
 
@@ -48,7 +49,6 @@ class SafetensorsFile {
  public:
   // Memory-maps `path` read-only and validates it with ParseSafetensors.
   static absl::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::string& path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -57,13 +57,12 @@ class SafetensorsFile {
   // nullptr if absent.
   const TensorInfo* Find(std::string_view name) const;
   // Start of a tensor's bytes inside the mapping (valid while this object lives).
-  const void* Data(const TensorInfo& tensor) const { return base_ + tensor.offset; }
+  const void* Data(const TensorInfo& tensor) const { return mapped_->data() + tensor.offset; }
 
  private:
   SafetensorsFile() = default;
   std::string path_;
-  const char* base_ = nullptr;
-  size_t size_ = 0;
+  std::unique_ptr<MappedFile> mapped_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
 };
