@@ -176,7 +176,7 @@ int LogitsCommand(int argc, char** argv, int first) {
       "file. Attention is causal within each segment (--segments splits the tokens into\n"
       "independent sequences, batched in one forward pass).");
   flags::ModelFlags model_flags;
-  flags::AddModelFlags(flags, &model_flags, "model folder");
+  flags::AddModelFlags(flags, &model_flags, "model folder, or a GGUF file");
   flags::AddAdapterFlags(flags, &model_flags);
   std::optional<std::vector<int64_t>> tokens, positions, segments;
   flags.AddParsed("tokens", "IDS", "comma-separated token ids", "",

@@ -258,7 +258,12 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   }
   if (!model.ok()) return model.status();
   if ((*model)->tokenizer() == nullptr) {
-    return absl::FailedPreconditionError(model_dir + ": no tokenizer.json");
+    return absl::FailedPreconditionError(
+        std::filesystem::is_regular_file(model_dir)
+            ? model_dir +
+                  ": the tokenizer inside a GGUF file is not read yet: serve the model's "
+                  "Hugging Face folder"
+            : model_dir + ": no tokenizer.json");
   }
   parts.model = *model;
   std::cout << "gpeserve: " << parts.model->kernel_path() << std::endl;

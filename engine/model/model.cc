@@ -14,104 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/kernels/cpu_matmul.h"
+#include "engine/model/checkpoint.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::model {
 namespace {
-
-// Finds tensors by name across the checkpoint's files (one file, or the shards of an index).
-class WeightSource {
- public:
-  static absl::StatusOr<WeightSource> Open(const std::string& dir) {
-    WeightSource source;
-    const std::string single = dir + "/model.safetensors";
-    const std::string index = dir + "/model.safetensors.index.json";
-    std::vector<std::string> shard_names;
-    if (std::filesystem::exists(single)) {
-      shard_names.push_back("model.safetensors");
-    } else if (std::filesystem::exists(index)) {
-      std::ifstream in(index);
-      nlohmann::json json;
-      try {
-        json = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        return absl::InvalidArgumentError(absl::StrCat(index, ": not valid JSON: ", e.what()));
-      }
-      if (!json.contains("weight_map") || !json["weight_map"].is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(index, ": missing \"weight_map\""));
-      }
-      std::set<std::string> names;
-      for (const auto& [tensor, file] : json["weight_map"].items()) {
-        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(index, ": weight_map['", tensor, "']: expected a file name"));
-        }
-        names.insert(file.get<std::string>());
-      }
-      shard_names.assign(names.begin(), names.end());
-    } else {
-      return absl::NotFoundError(
-          absl::StrCat(dir, ": no model.safetensors or ", "model.safetensors.index.json"));
-    }
-    for (const std::string& name : shard_names) {
-      auto file = SafetensorsFile::Open(dir + "/" + name);
-      if (!file.ok()) return file.status();
-      source.files_.push_back(*std::move(file));
-    }
-    return source;
-  }
-
-  // The tensor `name` with exactly `shape`, converted to `dtype` on `device`. Errors name the
-  // file and the tensor.
-  absl::StatusOr<torch::Tensor> Load(const std::string& name, const std::vector<int64_t>& shape,
-                                     torch::ScalarType dtype, torch::Device device) const {
-    for (const auto& file : files_) {
-      const TensorInfo* info = file->Find(name);
-      if (info == nullptr) continue;
-      if (info->shape != shape) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(file->path(), ": tensor '", name, "' has shape ", ShapeString(info->shape),
-                         " but config.json implies ", ShapeString(shape)));
-      }
-      // int8 values mean something only with their scales: never converted to or from.
-      if ((info->dtype == DType::kI8) != (dtype == torch::kChar)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            file->path(), ": tensor '", name, "' is ", DTypeName(info->dtype),
-            info->dtype == DType::kI8
-                ? " but config.json has no quantization_config (int8 weights need their scales)"
-                : " but config.json's quantization_config says the matrices are I8"));
-      }
-      torch::Tensor view = torch::from_blob(const_cast<void*>(file->Data(*info)), info->shape,
-                                            torch::TensorOptions().dtype(TorchType(info->dtype)));
-      // Same dtype on the CPU: the tensor stays a view of the mapping (no copy).
-      return view.to(device, dtype);
-    }
-    std::vector<std::string> paths;
-    for (const auto& file : files_) paths.push_back(file->path());
-    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing (looked in ",
-                                            absl::StrJoin(paths, ", "), ")"));
-  }
-
-  // The stored dtype of tensor `name`, or NotFound.
-  absl::StatusOr<DType> StoredDType(const std::string& name) const {
-    for (const auto& file : files_) {
-      if (const TensorInfo* info = file->Find(name)) return info->dtype;
-    }
-    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
-  }
-
-  bool Has(const std::string& name) const {
-    for (const auto& file : files_) {
-      if (file->Find(name) != nullptr) return true;
-    }
-    return false;
-  }
-
-  const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
-
- private:
-  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
-};
 
 absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
@@ -221,8 +128,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   if (!dtype.ok()) return dtype.status();
   auto device = ParseDevice(options.device);
   if (!device.ok()) return device.status();
-  auto config = LoadModelConfig(dir);
-  if (!config.ok()) return config.status();
+  auto checkpoint = Checkpoint::Open(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
   if (device->is_cpu()) {
     int threads = options.threads > 0 ? options.threads
                                       : static_cast<int>(std::thread::hardware_concurrency());
@@ -235,11 +142,12 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   }
 
   std::shared_ptr<Model> model(new Model());
-  model->config_ = *std::move(config);
+  model->checkpoint_ = *checkpoint;
+  model->config_ = (*checkpoint)->config();
   model->device_ = *device;
   const ModelConfig& c = model->config_;
 
-  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+  if (!(*checkpoint)->is_gguf() && std::filesystem::exists(dir + "/tokenizer.json")) {
     auto tok = tokenizer::Tokenizer::Load(dir);
     if (!tok.ok()) return tok.status();
     if ((*tok)->vocab_size() > c.vocab_size) {
@@ -250,10 +158,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     model->tokenizer_ = *std::move(tok);
   }
 
-  auto source = WeightSource::Open(dir);
-  if (!source.ok()) return source.status();
-  model->files_ = source->files();
-  auto stored = source->StoredDType("model.embed_tokens.weight");
+  auto stored = (*checkpoint)->EmbeddingDType();
   if (!stored.ok()) return stored.status();
   if ((*stored == DType::kI8) != c.int8_weights) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -274,27 +179,22 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
   model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device);
   try {
-    // Norms and biases: the activation dtype.
-    auto load = [&](const std::string& name,
-                    const std::vector<int64_t>& shape) -> absl::StatusOr<torch::Tensor> {
-      return source->Load(name, shape, model->dtype_, model->device_);
-    };
+    const Checkpoint& source = **checkpoint;
     // Matrices: the serving dtype; int8 as stored by gpe quantize, or quantized here.
-    auto load_matrix = [&](const std::string& name,
-                           const std::vector<int64_t>& shape) -> absl::StatusOr<Matrix> {
+    auto load_matrix = [&](const WeightSpec& spec) -> absl::StatusOr<Matrix> {
       if (c.int8_weights) {
-        auto data = source->Load(name, shape, torch::kChar, model->device_);
+        auto data = source.Load(spec, torch::kChar, model->device_);
         if (!data.ok()) return data.status();
-        auto scale = source->Load(name + "_scale", {shape[0]}, torch::kFloat32, model->device_);
+        auto scale = source.LoadScale(spec, model->device_);
         if (!scale.ok()) return scale.status();
         return Matrix{*std::move(data), *std::move(scale)};
       }
       if (*serving != ServingDtype::kInt8) {
-        auto data = source->Load(name, shape, ServingScalarType(*serving), model->device_);
+        auto data = source.Load(spec, ServingScalarType(*serving), model->device_);
         if (!data.ok()) return data.status();
         return Matrix{*std::move(data), torch::Tensor()};
       }
-      auto full = source->Load(name, shape, torch::kFloat32, model->device_);
+      auto full = source.Load(spec, torch::kFloat32, model->device_);
       if (!full.ok()) return full.status();
       return QuantizeInt8(*full);
     };
@@ -302,11 +202,12 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     w.layers.resize(c.num_layers);
     for (const WeightSpec& spec : WeightLayout(c)) {
       if (spec.kind == WeightSpec::Kind::kMatrix) {
-        auto matrix = load_matrix(spec.name, spec.shape);
+        auto matrix = load_matrix(spec);
         if (!matrix.ok()) return matrix.status();
         PlaceMatrix(spec, *matrix, w);
       } else {
-        auto vector = load(spec.name, spec.shape);
+        // Norms and biases: the activation dtype.
+        auto vector = source.Load(spec, model->dtype_, model->device_);
         if (!vector.ok()) return vector.status();
         HeldVector(spec, w) = *std::move(vector);
       }

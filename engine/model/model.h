@@ -43,11 +43,14 @@ torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weight
 torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
                        const torch::Tensor& hidden, std::span<const AdapterSpan> adapters = {});
 
+class Checkpoint;
+
 class Model {
  public:
-  // Loads DIR: config.json (+ generation_config.json), model.safetensors or
+  // Loads `dir`, a folder: config.json (+ generation_config.json), model.safetensors or
   // model.safetensors.index.json with its shards, and the tokenizer files when present (their
-  // vocabulary must fit the model's). Errors name the file and the tensor.
+  // vocabulary must fit the model's); or a GGUF file (checkpoint.h). Errors name the file and
+  // the tensor.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(const std::string& dir,
                                                            const ModelOptions& options = {});
 
@@ -97,7 +100,7 @@ class Model {
   std::string kernel_path_;
   torch::Device device_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
-  std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // keep mmaps alive
+  std::shared_ptr<const Checkpoint> checkpoint_;  // keeps the mapped files alive
   Weights weights_;
   RotaryEmbedding rotary_;
 };
