@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "engine/formats/gguf.h"
+#include "engine/formats/gguf_tokenizer.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "flags/flags.h"
@@ -24,7 +26,8 @@ struct TokenizerFlags {
 };
 
 void AddTokenizerFlags(flags::FlagSet& flags, TokenizerFlags* source) {
-  flags.Add("model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)",
+  flags.Add("model", "DIR",
+            "model folder with tokenizer.json (and tokenizer_config.json), or a GGUF file",
             &source->model_dir);
   flags.Add("tokenizer", "FILE",
             "a tokenizer.json file, or a folder holding one (as --model) (instead of --model)",
@@ -44,8 +47,17 @@ std::optional<int> Setup(flags::FlagSet& flags, const TokenizerFlags& source, in
   std::error_code error;
   const bool folder =
       source.model_dir.has_value() || std::filesystem::is_directory(*source.file, error);
-  auto loaded = folder ? tokenizer::Tokenizer::Load(source.model_dir.value_or(*source.file))
-                       : tokenizer::Tokenizer::LoadFiles(*source.file, "");
+  auto load = [&]() -> absl::StatusOr<std::shared_ptr<const tokenizer::Tokenizer>> {
+    // A GGUF file as --model: its tokenizer.ggml.* metadata.
+    if (source.model_dir && std::filesystem::is_regular_file(*source.model_dir, error)) {
+      auto gguf = model::GgufFile::Open(*source.model_dir);
+      if (!gguf.ok()) return gguf.status();
+      return model::GgufTokenizer(**gguf);
+    }
+    return folder ? tokenizer::Tokenizer::Load(source.model_dir.value_or(*source.file))
+                  : tokenizer::Tokenizer::LoadFiles(*source.file, "");
+  };
+  auto loaded = load();
   if (!loaded.ok()) {
     std::cerr << "gpe: cannot load tokenizer: " << loaded.status().message() << "\n";
     return 1;

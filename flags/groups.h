@@ -38,7 +38,7 @@ struct ModelFlags {
   bool merge_adapter = false;
 };
 inline constexpr char kModelDirHelp[] =
-    "Hugging Face model folder (default: the built-in English-to-German model)";
+    "Hugging Face model folder, or a GGUF file (default: the built-in English-to-German model)";
 // --model (with `dir_help`), --dtype, --device (unless !with_device), --threads.
 void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help = kModelDirHelp,
                    bool with_device = true);

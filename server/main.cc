@@ -260,9 +260,7 @@ absl::StatusOr<Parts> Build(Flags& flags) {
   if ((*model)->tokenizer() == nullptr) {
     return absl::FailedPreconditionError(
         std::filesystem::is_regular_file(model_dir)
-            ? model_dir +
-                  ": the tokenizer inside a GGUF file is not read yet: serve the model's "
-                  "Hugging Face folder"
+            ? model_dir + ": the GGUF file holds no tokenizer (tokenizer.ggml.*)"
             : model_dir + ": no tokenizer.json");
   }
   parts.model = *model;

@@ -30,6 +30,8 @@ class Checkpoint {
 
   const std::string& path() const { return path_; }
   bool is_gguf() const { return gguf_ != nullptr; }
+  // The GGUF file; null for a folder.
+  const GgufFile* gguf() const { return gguf_.get(); }
   // From config.json (+ generation_config.json), or from the GGUF metadata.
   const ModelConfig& config() const { return config_; }
   // How the embedding is stored, which --dtype auto follows: a GGUF file's quantized types

