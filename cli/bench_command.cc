@@ -255,6 +255,77 @@ int RunLongPromptRows(engine::Engine& eng, const engine::SessionConfig& config,
   return 0;
 }
 
+// --sequential N: sessions arriving one after another (each opened when the one before ends),
+// all with the same instruction of about `instruction_tokens` tokens, on an engine with the
+// prefix cache and one without, alternating session by session so that both see the same
+// machine: TTFT (Open to the first token) p50 and p90, and the prefix-cache hit rate after the
+// first session (prompt blocks found / looked up).
+int RunSequentialRows(const std::shared_ptr<const model::Model>& m,
+                      engine::EngineConfig engine_config, engine::SessionConfig config,
+                      const std::vector<std::string>& source, int sessions,
+                      int instruction_tokens) {
+  if (m->tokenizer() == nullptr) {
+    std::cerr << "gpe: --sequential needs a model with a tokenizer\n";
+    return 1;
+  }
+  std::string instruction = "Translate the following English speech into German.";
+  while (true) {
+    auto ids = m->tokenizer()->Encode(instruction);
+    if (!ids.ok() || static_cast<int>(ids->size()) >= instruction_tokens) break;
+    instruction +=
+        " Keep names, numbers and dates as they are, and render each sentence faithfully.";
+  }
+  config.options.profile.instruction = instruction;
+  const int64_t prompt = instruction_tokens + 64;
+  engine_config.kv_blocks = 4 *
+                                (prompt + 8 * static_cast<int64_t>(source.size()) +
+                                 config.options.policy.max_new_tokens) /
+                                engine_config.block_size +
+                            32;
+  engine_config.max_sessions = 2;
+  std::vector<std::shared_ptr<engine::Engine>> engines;
+  for (bool cache : {true, false}) {
+    engine_config.prefix_cache = cache;
+    auto eng = engine::Engine::Create(m, engine_config);
+    if (!eng.ok()) {
+      std::cerr << "gpe: " << eng.status().message() << "\n";
+      return 1;
+    }
+    engines.push_back(*std::move(eng));
+  }
+  std::vector<double> ttft[2];
+  engine::EngineStats after_first[2];
+  for (int i = 0; i < sessions; ++i) {
+    for (int e = 0; e < 2; ++e) {
+      auto row = RunRow(*engines[e], config, source, 1);
+      if (!row.ok()) {
+        std::cerr << "gpe: " << row.status().message() << "\n";
+        return 1;
+      }
+      if (i == 0) after_first[e] = engines[e]->stats();
+      ttft[e].push_back(row->ttft_p50);
+    }
+  }
+  std::cout << absl::StrFormat("%d sessions one after another, instruction %d tokens\n", sessions,
+                               instruction_tokens);
+  std::cout << absl::StrFormat("%14s %10s %10s %10s\n", "prefix cache", "TTFT p50", "TTFT p90",
+                               "hit rate");
+  for (int e = 0; e < 2; ++e) {
+    const engine::EngineStats end = engines[e]->stats();
+    const int64_t hits = end.kv.prefix_hits - after_first[e].kv.prefix_hits;
+    const int64_t queries = hits + end.kv.prefix_misses - after_first[e].kv.prefix_misses;
+    std::cout << absl::StrFormat(
+        "%14s %8.1fms %8.1fms %10s\n", e == 0 ? "on" : "off", eval::Percentile(ttft[e], 50),
+        eval::Percentile(ttft[e], 90),
+        queries > 0 ? absl::StrFormat("%.3f", 1.0 * hits / queries) : std::string("-"));
+    engines[e]->Shutdown();
+  }
+  const double on = eval::Percentile(ttft[0], 50), off = eval::Percentile(ttft[1], 50);
+  std::cout << absl::StrFormat("TTFT p50 without the cache / with it: %.2fx\n",
+                               on > 0 ? off / on : 0.0);
+  return 0;
+}
+
 // Random adapters of rank `rank` (alpha 2 * rank) on every projection of `m`, written to a
 // temporary folder and loaded as "a0", "a1", ...
 absl::StatusOr<std::vector<std::shared_ptr<const model::Adapter>>> BenchAdapters(
@@ -360,7 +431,10 @@ int BenchCommand(int argc, char** argv, int first) {
       "--long_form: one long-form session each), for --seconds; prints the p50 and p99\n"
       "word lag (from the arrival of the source word a target word needed to its\n"
       "delivery), the lag split into waiting for a step and computing, steps per word,\n"
-      "and the largest N whose p99 lag is within --lag_slo (docs/streaming.md).");
+      "and the largest N whose p99 lag is within --lag_slo (docs/streaming.md).\n"
+      "With --sequential N: N sessions one after another sharing an instruction of\n"
+      "--instruction_tokens tokens, on an engine with the prefix cache and one without\n"
+      "(alternating): TTFT p50 and p90 and the cache's hit rate after the first session.");
   std::string preset = "qwen2.5-0.5b";
   flags.Add("preset", "NAME",
             "make a random-weight model of this preset ('default': the built-in model)", &preset);
@@ -416,6 +490,13 @@ int BenchCommand(int argc, char** argv, int first) {
   flags.Add("long_form", "--pace: one long-form session per speaker, not one per sentence",
             &pace.long_form);
   flags.Add("seed", "N", "--pace: the corpus seed", &pace.seed);
+  int sequential = 0, instruction_tokens = 300;
+  flags.Add("sequential", "N",
+            "N sessions one after another with one long instruction, prefix cache on vs off "
+            "(0: off)",
+            &sequential, {.min = 0});
+  flags.Add("instruction_tokens", "T", "--sequential: tokens of the shared instruction",
+            &instruction_tokens, {.min = 1});
   flags.AddCheck([&pace, &adapter_count, &long_prompt] {
     if (pace.words_per_second > 0 && (adapter_count > 0 || long_prompt > 0)) {
       return absl::InvalidArgumentError("--pace runs alone: drop --adapters and --long_prompt");
@@ -473,6 +554,14 @@ int BenchCommand(int argc, char** argv, int first) {
   }
   config.options.policy.ignore_eos = true;
   config.options.policy.max_lag_words = 1 << 20;
+  if (sequential > 0) {
+    std::cout << model_line
+              << absl::StrFormat("%d words, wait_k %d, %d target tokens per session; ", words,
+                                 wait_k, target)
+              << engine_line;
+    return RunSequentialRows(m, engine_config, config, BenchSource(words), sequential,
+                             instruction_tokens);
+  }
 
   // Room for every session of the largest row: prompt, source and target with slack.
   const std::vector<std::string> source = BenchSource(words);

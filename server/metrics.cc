@@ -109,9 +109,11 @@ Metrics::Metrics(const std::string& model, const std::vector<std::string>& adapt
   source_tokens_ = counter("source_tokens_total", "Prompt and source tokens read.");
   generation_tokens_ = counter("generation_tokens_total", "Target tokens generated.");
   preemptions_ = counter("num_preemptions_total", "Sessions preempted by recompute.");
-  prefix_queries_ =
-      counter("prefix_cache_queries_total", "Prompt prefix blocks looked up in the cache.");
-  prefix_hits_ = counter("prefix_cache_hits_total", "Prompt prefix blocks found in the cache.");
+  prefix_queries_ = counter("prefix_cache_queries_total",
+                            "Prompt prefix tokens looked up in the prefix cache (the tokens of "
+                            "full KV blocks; a prompt's partial last block is not looked up).");
+  prefix_hits_ = counter("prefix_cache_hits_total",
+                         "Prompt prefix tokens found in the prefix cache (not computed again).");
   call_errors_ = &prometheus::BuildCounter()
                       .Name("gpeserve:request_errors_total")
                       .Help(
@@ -221,9 +223,11 @@ void Metrics::UpdateLocked(const engine::EngineStats& stats) {
   advance(limit_counters_.at("session_idle_seconds"), stats.idle_timeouts, last_.idle_timeouts);
   advance(limit_counters_.at("max_unread_source_units"), stats.unread_limit_hits,
           last_.unread_limit_hits);
-  advance(prefix_queries_, stats.kv.prefix_hits + stats.kv.prefix_misses,
-          last_.kv.prefix_hits + last_.kv.prefix_misses);
-  advance(prefix_hits_, stats.kv.prefix_hits, last_.kv.prefix_hits);
+  // In tokens, as vLLM counts them (the block size is fixed for the server's life).
+  const int64_t bs = stats.kv.block_size;
+  advance(prefix_queries_, bs * (stats.kv.prefix_hits + stats.kv.prefix_misses),
+          bs * (last_.kv.prefix_hits + last_.kv.prefix_misses));
+  advance(prefix_hits_, bs * stats.kv.prefix_hits, bs * last_.kv.prefix_hits);
   last_ = stats;
 }
 

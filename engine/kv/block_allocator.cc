@@ -125,6 +125,7 @@ KvStats BlockAllocator::stats() const {
   for (int32_t r : ref_counts_) s.shared_blocks += r > 1;
   s.prefix_hits = hits_;
   s.prefix_misses = misses_;
+  s.block_size = block_size_;
   return s;
 }
 

@@ -37,6 +37,7 @@ struct KvStats {
   int64_t shared_blocks = 0;
   int64_t prefix_hits = 0;    // LookupPrefix found a block
   int64_t prefix_misses = 0;  // LookupPrefix found nothing
+  int block_size = 0;         // tokens per block (the hits and misses in tokens)
 };
 
 class BlockAllocator {

@@ -2,6 +2,7 @@
 // sessions and compat sessions equal offline runs, cut words and characters stay whole,
 // Generate, auth, and a metrics scrape consistent with what ran. Refusals and early ends:
 // server_errors_test.cc.
+#include "engine/kv/block_allocator.h"
 #include "tests/server/server_fixture.h"
 
 namespace gpeserve::server {
@@ -322,8 +323,14 @@ TEST_F(ServerTest, MetricsAreConsistent) {
   // The sessions' prompts stay cached after them (free, but findable by later sessions).
   EXPECT_GT(value("gpeserve:kv_cache_cached_blocks" + m), 0);
   EXPECT_EQ(value("gpeserve:num_preemptions_total" + m), 0);
-  EXPECT_GE(value("gpeserve:prefix_cache_queries_total" + m),
-            value("gpeserve:prefix_cache_hits_total" + m));
+  // In tokens: whole blocks of the default size; later sessions find the first's prompt.
+  const double queries = value("gpeserve:prefix_cache_queries_total" + m);
+  const double hits = value("gpeserve:prefix_cache_hits_total" + m);
+  const int block_size = kv::KvCacheConfig{}.block_size;
+  EXPECT_GE(queries, hits);
+  EXPECT_GT(hits, 0);
+  EXPECT_EQ(static_cast<int64_t>(hits) % block_size, 0);
+  EXPECT_EQ(static_cast<int64_t>(queries) % block_size, 0);
   EXPECT_GT(value("gpeserve:iteration_tokens_count" + m), 0);
   EXPECT_GT(value("gpeserve:iteration_tokens_sum" + m), 0);
 }
