@@ -6,17 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "engine/formats/gguf_tokenizer.h"
 #include "engine/kernels/cpu_matmul.h"
 #include "engine/model/checkpoint.h"
-#include "nlohmann/json.hpp"
 
 namespace gpeserve::model {
 namespace {
