@@ -19,22 +19,56 @@ const char* WeightTypeName(WeightType type) {
       return "fp16";
     case WeightType::kInt8:
       return "int8";
+    case WeightType::kQ8_0:
+      return "q8_0";
+    case WeightType::kQ4_0:
+      return "q4_0";
+    case WeightType::kQ4_1:
+      return "q4_1";
   }
   return "?";
 }
 
-int WeightTypeBytes(WeightType type) {
+bool IsBlockType(WeightType type) {
+  return type == WeightType::kQ8_0 || type == WeightType::kQ4_0 || type == WeightType::kQ4_1;
+}
+
+int64_t WeightBytes(WeightType type, int64_t count) {
   switch (type) {
     case WeightType::kF32:
-      return 4;
+      return 4 * count;
     case WeightType::kBF16:
     case WeightType::kF16:
-      return 2;
+      return 2 * count;
     case WeightType::kInt8:
-      return 1;
+      return count;
+    case WeightType::kQ8_0:
+      return count / kBlockWeights * 34;
+    case WeightType::kQ4_0:
+      return count / kBlockWeights * 18;
+    case WeightType::kQ4_1:
+      return count / kBlockWeights * 20;
   }
   return 0;
 }
+
+namespace internal {
+
+float BlockWeight(WeightType type, const void* data, int64_t index) {
+  const auto* b =
+      static_cast<const uint8_t*>(data) + WeightBytes(type, index / kBlockWeights * kBlockWeights);
+  const int j = static_cast<int>(index % kBlockWeights);
+  uint16_t half[2];
+  std::memcpy(half, b, 4);
+  const float d = HalfToFloat(half[0]);
+  if (type == WeightType::kQ8_0) return d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+  const uint8_t* q = b + (type == WeightType::kQ4_1 ? 4 : 2);
+  const int nibble = j < 16 ? q[j] & 0x0F : q[j - 16] >> 4;
+  if (type == WeightType::kQ4_0) return d * static_cast<float>(nibble - 8);
+  return d * static_cast<float>(nibble) + HalfToFloat(half[1]);  // d q is exact: one rounding
+}
+
+}  // namespace internal
 
 const char* IsaName(Isa isa) {
   switch (isa) {
@@ -127,6 +161,73 @@ void DequantizeRows(Isa isa, const WeightView& w, int64_t n_begin, int64_t n_end
       return internal::DequantizeRowsAvx2(w, n_begin, n_end, out);
     case Isa::kScalar:
       return internal::DequantizeRowsScalar(w, n_begin, n_end, out);
+  }
+}
+
+namespace {
+
+// One block of 32 weights as ggml's reference quantizers round it (cpu_matmul.h).
+void QuantizeBlock(WeightType type, const float* x, uint8_t* out) {
+  auto put_half = [](float v, uint8_t* p) {
+    const uint16_t h = FloatToHalf(v);
+    std::memcpy(p, &h, 2);
+  };
+  if (type == WeightType::kQ8_0) {
+    float max_abs = 0;
+    for (int j = 0; j < kBlockWeights; ++j) max_abs = std::fmax(max_abs, std::fabs(x[j]));
+    const float d = max_abs / 127.0f;
+    const float inverse = d != 0 ? 1.0f / d : 0.0f;
+    put_half(d, out);
+    for (int j = 0; j < kBlockWeights; ++j) {
+      out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * inverse)));
+    }
+    return;
+  }
+  float d, offset, lowest = 0;
+  uint8_t* q;
+  if (type == WeightType::kQ4_0) {
+    float extreme = 0;  // the weight of largest magnitude, with its sign
+    for (int j = 0; j < kBlockWeights; ++j) {
+      if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
+    }
+    d = extreme / -8.0f;
+    offset = 8.5f;
+    put_half(d, out);
+    q = out + 2;
+  } else {
+    float highest = x[0];
+    lowest = x[0];
+    for (int j = 1; j < kBlockWeights; ++j) {
+      lowest = std::fmin(lowest, x[j]);
+      highest = std::fmax(highest, x[j]);
+    }
+    d = (highest - lowest) / 15.0f;
+    offset = 0.5f;
+    put_half(d, out);
+    put_half(lowest, out + 2);
+    q = out + 4;
+  }
+  const float inverse = d != 0 ? 1.0f / d : 0.0f;
+  auto level = [&](float v) {
+    const int l = static_cast<int>((v - lowest) * inverse + offset);  // truncates, as ggml's
+    return static_cast<uint8_t>(l < 0 ? 0 : l > 15 ? 15 : l);
+  };
+  for (int j = 0; j < kBlockWeights / 2; ++j) {
+    q[j] = static_cast<uint8_t>(level(x[j]) | (level(x[j + kBlockWeights / 2]) << 4));
+  }
+}
+
+}  // namespace
+
+void QuantizeRowsBlocks(WeightType type, const float* w, int64_t cols, int64_t n_begin,
+                        int64_t n_end, void* out) {
+  auto* bytes = static_cast<uint8_t*>(out);
+  const int64_t block_bytes = WeightBytes(type, kBlockWeights);
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    for (int64_t k = 0; k < cols; k += kBlockWeights) {
+      QuantizeBlock(type, w + n * cols + k,
+                    bytes + WeightBytes(type, n * cols) + k / kBlockWeights * block_bytes);
+    }
   }
 }
 

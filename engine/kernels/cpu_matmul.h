@@ -1,5 +1,6 @@
-// Matrix products of fp32 activations with weights stored as fp32, bf16, fp16 or int8 (one
-// scale per output row), for the linear layers of a model served on the CPU. The weights are
+// Matrix products of fp32 activations with weights stored as fp32, bf16, fp16, int8 (one
+// scale per output row) or ggml's blocks of 32 weights with a scale each (Q8_0, Q4_0, Q4_1, as
+// GGUF files hold them), for the linear layers of a model served on the CPU. The weights are
 // read once for all the activation rows of a call, so a decode step of a few rows costs about
 // what one row costs; prefill converts tiles of weights to fp32 for a matrix-matrix product
 // (linear.cc).
@@ -17,9 +18,18 @@
 
 namespace gpeserve::model::cpu {
 
-enum class WeightType { kF32, kBF16, kF16, kInt8 };
-const char* WeightTypeName(WeightType type);  // "fp32", "bf16", "fp16", "int8"
-int WeightTypeBytes(WeightType type);         // bytes per element
+// The block types keep ggml's layouts (ggml_quants.h): a row of `cols` weights (a multiple of
+// kBlockWeights) is cols / 32 blocks, each an fp16 scale d (Q4_1: and an fp16 minimum m) and 32
+// values q: Q8_0 int8, w = d q; Q4_0 nibbles, w = d (q - 8); Q4_1 nibbles, w = d q + m (weight j
+// of a block in the low nibble of byte j, weight j + 16 in its high nibble). The kernels widen
+// them to exactly those fp32 values (d q is exact in fp32), as DequantizeGgml does.
+enum class WeightType { kF32, kBF16, kF16, kInt8, kQ8_0, kQ4_0, kQ4_1 };
+// "fp32", "bf16", "fp16", "int8", "q8_0", "q4_0", "q4_1"
+const char* WeightTypeName(WeightType type);
+bool IsBlockType(WeightType type);  // Q8_0, Q4_0, Q4_1
+inline constexpr int64_t kBlockWeights = 32;
+// Bytes of `count` weights (a multiple of kBlockWeights for the block types).
+int64_t WeightBytes(WeightType type, int64_t count);
 
 // Instruction sets with kernels, slowest first.
 enum class Isa { kScalar, kAvx2, kAvx512 };
@@ -38,7 +48,7 @@ Isa ActiveIsa();
 // True when ActiveIsa() is below DetectedIsa() because of GPESERVE_CPU_ISA.
 bool IsaForced();
 
-// A weight matrix [rows, cols], row-major.
+// A weight matrix [rows, cols], row-major (the block types: cols a multiple of kBlockWeights).
 struct WeightView {
   const void* data = nullptr;
   const float* scale = nullptr;  // [rows]; int8 only: W[n, k] = data[n, k] * scale[n]
@@ -54,6 +64,14 @@ void MatmulRows(Isa isa, const WeightView& w, const float* x, int64_t m, int64_t
 
 // Rows [n_begin, n_end) of W as fp32 (scale applied), packed: out[(n - n_begin) * cols + k].
 void DequantizeRows(Isa isa, const WeightView& w, int64_t n_begin, int64_t n_end, float* out);
+
+// Rows [n_begin, n_end) of the fp32 matrix w [rows, cols] in a block type, as ggml's reference
+// quantizers round (Q8_0: d = max |w| / 127, q = round(w / d); Q4_0: d = -(the weight of
+// largest magnitude) / 8, q = min(15, trunc(w / d + 8.5)); Q4_1: d = (max - min) / 15, m = min,
+// q = min(15, trunc((w - m) / d + 0.5))), written to out at WeightBytes(type, n_begin * cols).
+// REQUIRES: IsBlockType(type), cols a multiple of kBlockWeights.
+void QuantizeRowsBlocks(WeightType type, const float* w, int64_t cols, int64_t n_begin,
+                        int64_t n_end, void* out);
 
 // Symmetric per-row int8 of rows [n_begin, n_end) of the fp32 matrix w [rows, cols]:
 // scale[n] = max_k |w[n, k]| / 127 (1 for an all-zero row), q[n, k] = round(w[n, k] / scale[n])

@@ -39,11 +39,37 @@ struct Avx2 {
     } else if constexpr (T == WeightType::kF16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(data) + index)));
-    } else {
+    } else if constexpr (T == WeightType::kInt8) {
       const __m128i q = _mm_loadl_epi64(
           reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(data) + index));
       return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    } else {
+      // Eight weights of one block: j is 0, 8, 16 or 24.
+      const auto* b = static_cast<const uint8_t*>(data) +
+                      (index / kBlockWeights) * (T == WeightType::kQ8_0   ? 34
+                                                 : T == WeightType::kQ4_0 ? 18
+                                                                          : 20);
+      const int j = static_cast<int>(index % kBlockWeights);
+      const __m256 d = Half(b);
+      if constexpr (T == WeightType::kQ8_0) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + j));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+      }
+      const uint8_t* nibbles = b + (T == WeightType::kQ4_1 ? 4 : 2) + (j & 15);
+      __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles)));
+      q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128((j >> 4) * 4)),
+                           _mm256_set1_epi32(0x0F));
+      if constexpr (T == WeightType::kQ4_0) {
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))), d);
+      }
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, Half(b + 2));  // d q exact: one rounding
     }
+  }
+  // The fp16 at p in every lane.
+  static F Half(const uint8_t* p) {
+    uint16_t h;
+    __builtin_memcpy(&h, p, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
   }
 };
 

@@ -38,11 +38,37 @@ struct Avx512 {
     } else if constexpr (T == WeightType::kF16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(data) + index)));
-    } else {
+    } else if constexpr (T == WeightType::kInt8) {
       const __m128i q = _mm_loadu_si128(
           reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(data) + index));
       return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    } else {
+      // Sixteen weights of one block: j is 0 or 16 (the low or the high nibbles of Q4).
+      const auto* b = static_cast<const uint8_t*>(data) +
+                      (index / kBlockWeights) * (T == WeightType::kQ8_0   ? 34
+                                                 : T == WeightType::kQ4_0 ? 18
+                                                                          : 20);
+      const int j = static_cast<int>(index % kBlockWeights);
+      const __m512 d = Half(b);
+      if constexpr (T == WeightType::kQ8_0) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + j));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+      }
+      const uint8_t* nibbles = b + (T == WeightType::kQ4_1 ? 4 : 2);
+      __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
+      q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128((j >> 4) * 4)),
+                           _mm512_set1_epi32(0x0F));
+      if constexpr (T == WeightType::kQ4_0) {
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))), d);
+      }
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), d, Half(b + 2));  // d q exact: one rounding
     }
+  }
+  // The fp16 at p in every lane.
+  static F Half(const uint8_t* p) {
+    uint16_t h;
+    __builtin_memcpy(&h, p, 2);
+    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
   }
 };
 

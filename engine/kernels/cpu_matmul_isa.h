@@ -18,4 +18,7 @@ GPESERVE_CPU_MATMUL_ENTRY_POINTS(Avx512)
 
 #undef GPESERVE_CPU_MATMUL_ENTRY_POINTS
 
+// Weight `index` (row-major) of a block-type matrix as fp32: the scalar kernels' and the tails'.
+float BlockWeight(WeightType type, const void* data, int64_t index);
+
 }  // namespace gpeserve::model::cpu::internal

@@ -19,6 +19,10 @@ float WeightAt(const WeightView& w, int64_t index) {
       return HalfToFloat(static_cast<const uint16_t*>(w.data)[index]);
     case WeightType::kInt8:
       return static_cast<float>(static_cast<const int8_t*>(w.data)[index]);
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+      return BlockWeight(w.type, w.data, index);
   }
   return 0;
 }

@@ -10,6 +10,8 @@
 //   F Zero(); F Broadcast(float); F LoadX(const float*); void Store(float*, F); F Mul(F, F);
 //   F Fma(F a, F b, F acc) (a * b + acc); float Sum(F) (all lanes)
 //   template <WeightType T> F LoadW(const void* data, int64_t index)   kLanes weights as fp32
+//       (index: row-major, a multiple of kLanes; the block types find the block's scale, so a
+//       vector never straddles two blocks)
 //
 // A tile keeps kRows x kGroup accumulators in registers and streams kRows weight rows once for
 // its kGroup activation rows; the weight rows of one tile stay in L1/L2 while further groups of
@@ -33,9 +35,32 @@ inline float ScalarWeight(const void* data, int64_t index) {
     return Bf16ToFloat(static_cast<const uint16_t*>(data)[index]);
   } else if constexpr (T == WeightType::kF16) {
     return HalfToFloat(static_cast<const uint16_t*>(data)[index]);
-  } else {
+  } else if constexpr (T == WeightType::kInt8) {
     return static_cast<float>(static_cast<const int8_t*>(data)[index]);
+  } else {
+    return BlockWeight(T, data, index);
   }
+}
+
+// Bytes of `count` weights of type T, for prefetch distances (rounded down inside a block).
+template <WeightType T>
+constexpr int64_t BytesOf(int64_t count) {
+  switch (T) {
+    case WeightType::kF32:
+      return 4 * count;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      return 2 * count;
+    case WeightType::kInt8:
+      return count;
+    case WeightType::kQ8_0:
+      return count * 34 / kBlockWeights;
+    case WeightType::kQ4_0:
+      return count * 18 / kBlockWeights;
+    case WeightType::kQ4_1:
+      return count * 20 / kBlockWeights;
+  }
+  return 0;
 }
 
 struct Output {
@@ -70,9 +95,8 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
   // badly when rows are short. So it prefetches the next tile (the next R rows) at the pace it
   // reads this one: over whole rows they are one contiguous stream, R * kLanes weights a step;
   // over a chunk of columns, row by row.
-  constexpr int64_t kBytes = T == WeightType::kF32 ? 4 : T == WeightType::kInt8 ? 1 : 2;
-  constexpr int64_t kStepBytes = R * V::kLanes * kBytes;
-  const char* next = static_cast<const char*>(w.data) + (base + R * cols) * kBytes;
+  constexpr int64_t kStepBytes = BytesOf<T>(R * V::kLanes);
+  const char* next = static_cast<const char*>(w.data) + BytesOf<T>(base + R * cols);
   F acc[R][G];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -84,11 +108,11 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
   for (int64_t k = c.begin; k < c.end; k += V::kLanes) {
     if constexpr (kChunked) {
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) __builtin_prefetch(next + (r * cols + k) * kBytes, 0, 3);
+      for (int r = 0; r < R; ++r) __builtin_prefetch(next + BytesOf<T>(r * cols + k), 0, 3);
     } else {
 #pragma GCC unroll 8
       for (int64_t b = 0; b < kStepBytes; b += 64) {
-        __builtin_prefetch(next + k * R * kBytes + b, 0, 3);
+        __builtin_prefetch(next + BytesOf<T>(k * R) + b, 0, 3);
       }
     }
     F xv[G];
@@ -245,6 +269,12 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
         return MatmulRowsTyped<V, WeightType::kF16>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);  \
       case WeightType::kInt8:                                                                     \
         return MatmulRowsTyped<V, WeightType::kInt8>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+      case WeightType::kQ8_0:                                                                     \
+        return MatmulRowsTyped<V, WeightType::kQ8_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+      case WeightType::kQ4_0:                                                                     \
+        return MatmulRowsTyped<V, WeightType::kQ4_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+      case WeightType::kQ4_1:                                                                     \
+        return MatmulRowsTyped<V, WeightType::kQ4_1>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
     }                                                                                             \
   }                                                                                               \
   void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out) {  \
@@ -257,6 +287,12 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
         return DequantizeRowsTyped<V, WeightType::kF16>(w, n_begin, n_end, out);                  \
       case WeightType::kInt8:                                                                     \
         return DequantizeRowsTyped<V, WeightType::kInt8>(w, n_begin, n_end, out);                 \
+      case WeightType::kQ8_0:                                                                     \
+        return DequantizeRowsTyped<V, WeightType::kQ8_0>(w, n_begin, n_end, out);                 \
+      case WeightType::kQ4_0:                                                                     \
+        return DequantizeRowsTyped<V, WeightType::kQ4_0>(w, n_begin, n_end, out);                 \
+      case WeightType::kQ4_1:                                                                     \
+        return DequantizeRowsTyped<V, WeightType::kQ4_1>(w, n_begin, n_end, out);                 \
     }                                                                                             \
   }                                                                                               \
   }  // namespace gpeserve::model::cpu::internal

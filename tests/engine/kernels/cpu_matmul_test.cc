@@ -1,7 +1,8 @@
 // The CPU matrix kernels against a double-precision reference, on every instruction set this
 // CPU runs (so an AVX-512 machine tests its AVX2 and scalar paths too), every weight type, and
-// odd shapes: rows and columns that are not multiples of any vector width or tile, one and
-// several activation rows, sub-ranges of output rows.
+// odd shapes: rows and columns that are not multiples of any vector width or tile (the block
+// types: columns a multiple of their 32), one and several activation rows, sub-ranges of output
+// rows. The block types' values come from ggml_quants' own decoder.
 #include "engine/kernels/cpu_matmul.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "engine/kernels/ggml_quants.h"
 
 namespace gpeserve::model::cpu {
 namespace {
@@ -37,10 +40,20 @@ struct Matrix {
   }
 };
 
+// ggml's type number of a block type (ggml_quants.h).
+uint32_t GgmlTypeOf(WeightType type) {
+  return type == WeightType::kQ8_0 ? 8 : type == WeightType::kQ4_0 ? 2 : 3;
+}
+
+// Columns a test of `cols` uses for `type`: the block types round up to whole blocks.
+int64_t ColsFor(WeightType type, int64_t cols) {
+  return IsBlockType(type) ? (cols + kBlockWeights - 1) / kBlockWeights * kBlockWeights : cols;
+}
+
 Matrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Matrix m{type, rows, cols, {}, {}, {}};
-  m.bytes.resize(static_cast<size_t>(rows * cols * WeightTypeBytes(type)));
+  m.bytes.resize(static_cast<size_t>(WeightBytes(type, rows * cols)));
   m.value.resize(static_cast<size_t>(rows * cols));
   std::vector<float> f32(m.value.size());
   for (float& v : f32) v = normal(rng);
@@ -67,12 +80,22 @@ Matrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, std::mt19937& r
       }
       break;
     }
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1: {
+      QuantizeRowsBlocks(type, f32.data(), cols, 0, rows, m.bytes.data());
+      std::vector<float> decoded(f32.size());
+      DequantizeGgml(GgmlTypeOf(type), m.bytes.data(), rows * cols, decoded.data());
+      for (size_t i = 0; i < f32.size(); ++i) m.value[i] = decoded[i];
+      break;
+    }
   }
   return m;
 }
 
-constexpr WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
-                                 WeightType::kInt8};
+constexpr WeightType kTypes[] = {WeightType::kF32,  WeightType::kBF16, WeightType::kF16,
+                                 WeightType::kInt8, WeightType::kQ8_0, WeightType::kQ4_0,
+                                 WeightType::kQ4_1};
 
 TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
   std::mt19937 rng(7);
@@ -85,7 +108,8 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
   for (Isa isa : IsasHere()) {
     for (WeightType type : kTypes) {
       for (int64_t rows : row_counts) {
-        for (int64_t cols : col_counts) {
+        for (int64_t odd_cols : col_counts) {
+          const int64_t cols = ColsFor(type, odd_cols);
           const Matrix w = RandomMatrix(type, rows, cols, rng);
           std::vector<float> bias(static_cast<size_t>(rows));
           for (float& b : bias) b = normal(rng);
@@ -145,8 +169,9 @@ TEST(CpuMatmulTest, EachRowIsComputedAsIfAlone) {
   int checked = 0;
   for (Isa isa : IsasHere()) {
     for (WeightType type : kTypes) {
-      for (auto [rows, cols] :
+      for (auto [rows, odd_cols] :
            {std::pair<int64_t, int64_t>{37, 33}, {101, 200}, {250, 896}, {29, 4103}, {7, 9000}}) {
+        const int64_t cols = ColsFor(type, odd_cols);
         const Matrix w = RandomMatrix(type, rows, cols, rng);
         std::vector<float> bias(static_cast<size_t>(rows));
         for (float& b : bias) b = normal(rng);
@@ -178,13 +203,15 @@ TEST(CpuMatmulTest, DequantizeRowsIsExact) {
   std::mt19937 rng(3);
   for (Isa isa : IsasHere()) {
     for (WeightType type : kTypes) {
-      for (int64_t cols : {1, 15, 16, 17, 100}) {
+      for (int64_t odd_cols : {1, 15, 16, 17, 100}) {
+        const int64_t cols = ColsFor(type, odd_cols);
         const Matrix w = RandomMatrix(type, 9, cols, rng);
         std::vector<float> out(static_cast<size_t>(5 * cols), NAN);
         DequantizeRows(isa, w.view(), 2, 7, out.data());
         for (int64_t n = 2; n < 7; ++n) {
           for (int64_t k = 0; k < cols; ++k) {
-            // bf16/fp16 to fp32 is exact; int8 is one fp32 product.
+            // bf16/fp16 to fp32 is exact; int8 is one fp32 product; the block types are
+            // ggml_quants' decode, exactly.
             ASSERT_EQ(out[static_cast<size_t>((n - 2) * cols + k)],
                       static_cast<float>(w.value[static_cast<size_t>(n * cols + k)]))
                 << IsaName(isa) << " " << WeightTypeName(type) << " cols " << cols << " [" << n
@@ -217,6 +244,53 @@ TEST(CpuMatmulTest, Int8QuantizationIsWithinHalfAStepAndUsesTheFullRange) {
     EXPECT_EQ(max_q, n == 5 ? 0 : 127) << "row " << n;
   }
   EXPECT_EQ(scale[5], 1.0f);
+}
+
+// Each block of 32 is rounded to within half a step of its own scale (after the scale's and
+// minimum's fp16 rounding; Q4_0 one step at one end), its weight of largest magnitude is kept,
+// and a block of zeros stays zero.
+TEST(CpuMatmulTest, BlockQuantizationIsWithinHalfAStepOfEachBlock) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t rows = 5, cols = 128;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = normal(rng) * (i / 32 % 3 == 1 ? 40.0f : 1.0f);
+  for (int64_t k = 32; k < 64; ++k) w[static_cast<size_t>(2 * cols + k)] = 0;  // a zero block
+  for (WeightType type : {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1}) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(WeightBytes(type, rows * cols)));
+    QuantizeRowsBlocks(type, w.data(), cols, 0, rows, bytes.data());
+    std::vector<float> decoded(w.size());
+    DequantizeGgml(GgmlTypeOf(type), bytes.data(), rows * cols, decoded.data());
+    for (size_t b = 0; b < w.size() / 32; ++b) {
+      const float* x = w.data() + 32 * b;
+      const float* y = decoded.data() + 32 * b;
+      float lo = x[0], hi = x[0], amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[j]);
+        hi = std::max(hi, x[j]);
+        amax = std::max(amax, std::fabs(x[j]));
+      }
+      const float step = type == WeightType::kQ8_0   ? amax / 127
+                         : type == WeightType::kQ4_0 ? amax / 8
+                                                     : (hi - lo) / 15;
+      // Half a step (Q4_0: a whole one at the end opposite the extreme, whose level -8 has no
+      // mirror +8), and the fp16 roundings (2^-11 relative) of the scale times up to 16 levels
+      // and of the minimum.
+      const float rounding = type == WeightType::kQ4_0 ? step : 0.5f * step;
+      const float bound = rounding + std::ldexp(1.0f, -11) * (16 * step + std::fabs(lo)) + 1e-7f;
+      float top = 0;
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_LE(std::fabs(y[j] - x[j]), bound) << WeightTypeName(type) << " block " << b;
+        top = std::max(top, std::fabs(y[j]));
+      }
+      if (amax == 0) {
+        EXPECT_EQ(top, 0.0f) << WeightTypeName(type) << " block " << b;
+      } else if (type != WeightType::kQ4_1) {
+        // The weight of largest magnitude lands on the extreme level.
+        EXPECT_NEAR(top, amax, std::ldexp(1.0f, -10) * amax) << WeightTypeName(type);
+      }
+    }
+  }
 }
 
 __attribute__((target("f16c"))) uint16_t HardwareHalf(float f) {
