@@ -52,8 +52,8 @@ int64_t DecodeBytes(const model::Model& m) {
   const model::Matrix& embed = m.weights().embed;
   const int64_t embed_bytes = embed.data.numel() * embed.data.element_size() +
                               (embed.scale.defined() ? embed.scale.numel() * 4 : 0);
-  return m.weight_bytes() -
-         (c.tie_word_embeddings ? 0 : embed_bytes - c.hidden_size * embed.data.element_size());
+  const int64_t row_bytes = embed.data.size(1) * embed.data.element_size();
+  return m.weight_bytes() - (c.tie_word_embeddings ? 0 : embed_bytes - row_bytes);
 }
 
 struct Timings {
@@ -172,7 +172,7 @@ int BenchForwardCommand(int argc, char** argv, int first) {
       for (const model::LayerWeights& l : m.weights().layers) {
         for (const model::Matrix* w :
              {&l.q_w, &l.k_w, &l.v_w, &l.o_w, &l.gate_w, &l.up_w, &l.down_w}) {
-          step_params += w->data.numel();
+          step_params += w->data.size(0) * w->in();
         }
       }
     }

@@ -82,7 +82,7 @@ absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineCon
 // What the engine serves, for listings and logs.
 struct EngineInfo {
   std::string architecture;  // e.g. Qwen2ForCausalLM
-  std::string dtype;         // the weights as served: fp32, bf16, fp16, int8
+  std::string dtype;         // the weights as served: model::kServingDtypeChoices less auto
   std::string device;        // cpu, cuda
   int64_t vocab_size = 0;
   int64_t kv_blocks = 0;

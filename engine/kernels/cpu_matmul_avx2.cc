@@ -2,6 +2,7 @@
 // flags (CMakeLists.txt); called only when the CPU has them (cpu_matmul.cc).
 #include <immintrin.h>
 
+#include "engine/kernels/cpu_matmul_blocks.h"
 #include "engine/kernels/cpu_matmul_tile.h"
 
 namespace gpeserve::model::cpu::internal {
@@ -39,31 +40,40 @@ struct Avx2 {
     } else if constexpr (T == WeightType::kF16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(data) + index)));
-    } else if constexpr (T == WeightType::kInt8) {
+    } else {  // int8
       const __m128i q = _mm_loadl_epi64(
           reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(data) + index));
       return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-    } else {
-      // Eight weights of one block: j is 0, 8, 16 or 24.
-      const auto* b = static_cast<const uint8_t*>(data) +
-                      (index / kBlockWeights) * (T == WeightType::kQ8_0   ? 34
-                                                 : T == WeightType::kQ4_0 ? 18
-                                                                          : 20);
-      const int j = static_cast<int>(index % kBlockWeights);
-      const __m256 d = Half(b);
-      if constexpr (T == WeightType::kQ8_0) {
-        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + j));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
-      }
-      const uint8_t* nibbles = b + (T == WeightType::kQ4_1 ? 4 : 2) + (j & 15);
-      __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles)));
-      q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128((j >> 4) * 4)),
-                           _mm256_set1_epi32(0x0F));
-      if constexpr (T == WeightType::kQ4_0) {
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))), d);
-      }
-      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, Half(b + 2));  // d q exact: one rounding
     }
+  }
+  template <WeightType T>
+  static void LoadBlock(const void* data, int64_t index, F* out) {
+    const auto* b = static_cast<const uint8_t*>(data) +
+                    (static_cast<uint64_t>(index) / kBlockWeights) * BlockBytes(T);
+    const __m256 d = Half(b);
+    if constexpr (T == WeightType::kQ8_0) {
+      for (int j = 0; j < 4; ++j) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * j));
+        out[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+      }
+      return;
+    }
+    const __m128i bytes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == WeightType::kQ4_1 ? 4 : 2)));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(bytes, mask);
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+    // Q4_0: d q - 8 d = d (q - 8) exactly (both products are exact); Q4_1: d q + m (d q is
+    // exact: one rounding, as ggml decodes it).
+    const __m256 offset =
+        T == WeightType::kQ4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)) : Half(b + 2);
+    const auto widen = [&](__m128i q) {
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), d, offset);
+    };
+    out[0] = widen(low);
+    out[1] = widen(_mm_srli_si128(low, 8));
+    out[2] = widen(high);
+    out[3] = widen(_mm_srli_si128(high, 8));
   }
   // The fp16 at p in every lane.
   static F Half(const uint8_t* p) {

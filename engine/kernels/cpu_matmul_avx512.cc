@@ -4,6 +4,7 @@
 // as on AVX2, so every instruction set computes the same sums up to summation order.
 #include <immintrin.h>
 
+#include "engine/kernels/cpu_matmul_blocks.h"
 #include "engine/kernels/cpu_matmul_tile.h"
 
 // GCC 12 reports its own _mm512_reduce_add_ps as possibly uninitialized.
@@ -38,31 +39,36 @@ struct Avx512 {
     } else if constexpr (T == WeightType::kF16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(data) + index)));
-    } else if constexpr (T == WeightType::kInt8) {
+    } else {  // int8
       const __m128i q = _mm_loadu_si128(
           reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(data) + index));
       return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-    } else {
-      // Sixteen weights of one block: j is 0 or 16 (the low or the high nibbles of Q4).
-      const auto* b = static_cast<const uint8_t*>(data) +
-                      (index / kBlockWeights) * (T == WeightType::kQ8_0   ? 34
-                                                 : T == WeightType::kQ4_0 ? 18
-                                                                          : 20);
-      const int j = static_cast<int>(index % kBlockWeights);
-      const __m512 d = Half(b);
-      if constexpr (T == WeightType::kQ8_0) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + j));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
-      }
-      const uint8_t* nibbles = b + (T == WeightType::kQ4_1 ? 4 : 2);
-      __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
-      q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128((j >> 4) * 4)),
-                           _mm512_set1_epi32(0x0F));
-      if constexpr (T == WeightType::kQ4_0) {
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))), d);
-      }
-      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), d, Half(b + 2));  // d q exact: one rounding
     }
+  }
+  template <WeightType T>
+  static void LoadBlock(const void* data, int64_t index, F* out) {
+    const auto* b = static_cast<const uint8_t*>(data) +
+                    (static_cast<uint64_t>(index) / kBlockWeights) * BlockBytes(T);
+    const __m512 d = Half(b);
+    if constexpr (T == WeightType::kQ8_0) {
+      for (int j = 0; j < 2; ++j) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * j));
+        out[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+      }
+      return;
+    }
+    const __m128i bytes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == WeightType::kQ4_1 ? 4 : 2)));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    // Q4_0: d q - 8 d = d (q - 8) exactly (both products are exact); Q4_1: d q + m (d q is
+    // exact: one rounding, as ggml decodes it).
+    const __m512 offset =
+        T == WeightType::kQ4_0 ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)) : Half(b + 2);
+    const auto widen = [&](__m128i q) {
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), d, offset);
+    };
+    out[0] = widen(_mm_and_si128(bytes, mask));
+    out[1] = widen(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
   }
   // The fp16 at p in every lane.
   static F Half(const uint8_t* p) {

@@ -10,8 +10,12 @@
 //   F Zero(); F Broadcast(float); F LoadX(const float*); void Store(float*, F); F Mul(F, F);
 //   F Fma(F a, F b, F acc) (a * b + acc); float Sum(F) (all lanes)
 //   template <WeightType T> F LoadW(const void* data, int64_t index)   kLanes weights as fp32
-//       (index: row-major, a multiple of kLanes; the block types find the block's scale, so a
-//       vector never straddles two blocks)
+//       (index: row-major, a multiple of kLanes; not the block types)
+//   template <WeightType T> void LoadBlock(const void* data, int64_t index, F* out)
+//       the block types: the block starting at weight `index` as kBlockWeights / kLanes vectors
+//
+// The block types' products are cpu_matmul_blocks.h's (integer dot products); here only their
+// widening to fp32 (DequantizeRows).
 //
 // A tile keeps kRows x kGroup accumulators in registers and streams kRows weight rows once for
 // its kGroup activation rows; the weight rows of one tile stay in L1/L2 while further groups of
@@ -35,11 +39,19 @@ inline float ScalarWeight(const void* data, int64_t index) {
     return Bf16ToFloat(static_cast<const uint16_t*>(data)[index]);
   } else if constexpr (T == WeightType::kF16) {
     return HalfToFloat(static_cast<const uint16_t*>(data)[index]);
-  } else if constexpr (T == WeightType::kInt8) {
-    return static_cast<float>(static_cast<const int8_t*>(data)[index]);
   } else {
-    return BlockWeight(T, data, index);
+    static_assert(T == WeightType::kInt8, "the block types have no scalar tail");
+    return static_cast<float>(static_cast<const int8_t*>(data)[index]);
   }
+}
+
+constexpr bool IsBlock(WeightType t) {
+  return t == WeightType::kQ8_0 || t == WeightType::kQ4_0 || t == WeightType::kQ4_1;
+}
+
+// Bytes of one block of a block type (WeightBytes' values, here so that the kernels fold them).
+constexpr int64_t BlockBytes(WeightType t) {
+  return t == WeightType::kQ8_0 ? 34 : t == WeightType::kQ4_0 ? 18 : 20;
 }
 
 // Bytes of `count` weights of type T, for prefetch distances (rounded down inside a block).
@@ -54,11 +66,9 @@ constexpr int64_t BytesOf(int64_t count) {
     case WeightType::kInt8:
       return count;
     case WeightType::kQ8_0:
-      return count * 34 / kBlockWeights;
     case WeightType::kQ4_0:
-      return count * 18 / kBlockWeights;
     case WeightType::kQ4_1:
-      return count * 20 / kBlockWeights;
+      return count * BlockBytes(T) / kBlockWeights;
   }
   return 0;
 }
@@ -102,7 +112,7 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
-      acc[r][g] = c.first ? V::Zero() : V::LoadX(spill + (g * R + r) * V::kLanes);
+      acc[r][g] = !kChunked || c.first ? V::Zero() : V::LoadX(spill + (g * R + r) * V::kLanes);
     }
   }
   for (int64_t k = c.begin; k < c.end; k += V::kLanes) {
@@ -125,7 +135,7 @@ inline void Tile(const WeightView& w, int64_t n, const float* x, int64_t ldx, co
       for (int g = 0; g < G; ++g) acc[r][g] = V::Fma(wv, xv[g], acc[r][g]);
     }
   }
-  if (!c.last) {
+  if (kChunked && !c.last) {
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
@@ -234,7 +244,14 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
   for (int64_t n = n_begin; n < n_end; ++n) {
     float* row = out + (n - n_begin) * cols;
     const int64_t base = n * cols;
-    if constexpr (T == WeightType::kInt8) {
+    if constexpr (IsBlock(T)) {
+      for (int64_t k = 0; k < cols; k += kBlockWeights) {
+        typename V::F block[kBlockWeights / V::kLanes];
+        V::template LoadBlock<T>(w.data, base + k, block);
+        for (int j = 0; j < kBlockWeights / V::kLanes; ++j)
+          V::Store(row + k + j * V::kLanes, block[j]);
+      }
+    } else if constexpr (T == WeightType::kInt8) {
       const typename V::F scale = V::Broadcast(w.scale[n]);
       for (int64_t k = 0; k < vector_end; k += V::kLanes) {
         V::Store(row + k, V::Mul(V::template LoadW<T>(w.data, base + k), scale));
@@ -254,7 +271,8 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
 }  // namespace
 }  // namespace gpeserve::model::cpu::internal
 
-// Defines MatmulRows<Suffix> and DequantizeRows<Suffix> over the traits V.
+// Defines MatmulRows<Suffix> and DequantizeRows<Suffix> over the traits V (the block types'
+// products: cpu_matmul_blocks.h's MatmulBlocks, which the file includes too).
 #define GPESERVE_DEFINE_CPU_MATMUL(Suffix, V)                                                     \
   namespace gpeserve::model::cpu::internal {                                                      \
   void MatmulRows##Suffix(const WeightView& w, const float* x, int64_t m, int64_t ldx,            \
@@ -270,11 +288,11 @@ void DequantizeRowsTyped(const WeightView& w, int64_t n_begin, int64_t n_end, fl
       case WeightType::kInt8:                                                                     \
         return MatmulRowsTyped<V, WeightType::kInt8>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
       case WeightType::kQ8_0:                                                                     \
-        return MatmulRowsTyped<V, WeightType::kQ8_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+        return MatmulBlocks<WeightType::kQ8_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);       \
       case WeightType::kQ4_0:                                                                     \
-        return MatmulRowsTyped<V, WeightType::kQ4_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+        return MatmulBlocks<WeightType::kQ4_0>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);       \
       case WeightType::kQ4_1:                                                                     \
-        return MatmulRowsTyped<V, WeightType::kQ4_1>(w, x, m, ldx, bias, y, ldy, n_begin, n_end); \
+        return MatmulBlocks<WeightType::kQ4_1>(w, x, m, ldx, bias, y, ldy, n_begin, n_end);       \
     }                                                                                             \
   }                                                                                               \
   void DequantizeRows##Suffix(const WeightView& w, int64_t n_begin, int64_t n_end, float* out) {  \

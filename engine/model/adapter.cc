@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "engine/formats/safetensors.h"
@@ -71,17 +72,15 @@ class AdapterTensors {
   std::set<std::string> taken_;
 };
 
-// `full` (float) held like `like`: the same dtype, or int8 with row scales.
+// `full` (float) held like `like`: the same dtype, int8 with row scales, or the same blocks.
 Matrix HeldLike(const torch::Tensor& full, const Matrix& like) {
   if (like.scale.defined()) return QuantizeInt8(full);
+  if (like.has_blocks()) {
+    auto blocks = QuantizeBlocks(full, like.blocks);
+    if (!blocks.ok()) throw std::invalid_argument(std::string(blocks.status().message()));
+    return *std::move(blocks);
+  }
   return {full.to(like.data.device(), like.data.scalar_type()).contiguous(), torch::Tensor()};
-}
-
-// `m` as float32.
-torch::Tensor Widened(const Matrix& m) {
-  torch::Tensor w = m.data.to(torch::kFloat32);
-  if (m.scale.defined()) w = w * m.scale.unsqueeze(1);
-  return w;
 }
 
 }  // namespace
@@ -253,7 +252,7 @@ absl::StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& di
       const Matrix& held = head ? base.lm_head : base.embed;
       Matrix& saved = head ? adapter->lm_head_saved : adapter->embed_saved;
       if (!saved.data.defined() &&
-          !torch::equal(full->to(torch::kFloat32).cpu(), Widened(held).cpu())) {
+          !torch::equal(full->to(torch::kFloat32).cpu(), Dequantized(held).cpu())) {
         saved = HeldLike(*full, held);
       }
     }
@@ -277,7 +276,7 @@ Weights MergeAdapter(const Weights& weights, ModelConfig& config, const Adapter&
   Weights merged = weights;
   auto merge = [](const Matrix& m, const LoraWeights& lora) -> Matrix {
     if (!lora.defined()) return m;
-    return HeldLike(Widened(m) + lora.Dense().to(m.data.device()), m);
+    return HeldLike(Dequantized(m) + lora.Dense().to(m.data.device()), m);
   };
   for (size_t i = 0; i < merged.layers.size(); ++i) {
     LayerWeights& l = merged.layers[i];
@@ -368,8 +367,9 @@ absl::StatusOr<std::vector<AdapterTensor>> RandomAdapterTensors(const Model& mod
       if (!std::string(module).ends_with(saved)) continue;
       const Matrix& base =
           std::string(module) == "lm_head" ? model.weights().lm_head : model.weights().embed;
-      tensors.emplace_back(kPrefix + std::string(module) + ".weight",
-                           Widened(base).to(torch::kCPU) + randn(mc.vocab_size, mc.hidden_size));
+      tensors.emplace_back(
+          kPrefix + std::string(module) + ".weight",
+          Dequantized(base).to(torch::kCPU) + randn(mc.vocab_size, mc.hidden_size));
     }
   }
   return tensors;

@@ -88,6 +88,13 @@ absl::StatusOr<std::shared_ptr<const Checkpoint>> Checkpoint::Open(const std::st
     if (!file.ok()) return file.status();
     auto config = GgufModelConfig(**file);
     if (!config.ok()) return config.status();
+    for (const WeightSpec& spec : WeightLayout(*config)) {
+      const GgufTensorInfo* info = (*file)->Find(spec.gguf_name);
+      if (spec.kind == WeightSpec::Kind::kMatrix && info != nullptr &&
+          GgufServedDType(info->type) == DType::kF32 && info->type != GgmlType::kF32) {
+        checkpoint->has_quantized_matrices_ = true;
+      }
+    }
     checkpoint->gguf_ = *std::move(file);
     checkpoint->config_ = *std::move(config);
     return std::shared_ptr<const Checkpoint>(std::move(checkpoint));
@@ -160,8 +167,10 @@ absl::StatusOr<torch::Tensor> Checkpoint::LoadSafetensors(const std::string& nam
       absl::StrCat("tensor '", name, "' is missing (looked in ", absl::StrJoin(paths, ", "), ")"));
 }
 
-absl::StatusOr<torch::Tensor> Checkpoint::LoadGguf(const WeightSpec& spec, torch::ScalarType dtype,
-                                                   torch::Device device) const {
+absl::StatusOr<const GgufTensorInfo*> Checkpoint::FindGguf(const WeightSpec& spec) const {
+  if (gguf_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, " is not a GGUF file"));
+  }
   const GgufTensorInfo* info = gguf_->Find(spec.gguf_name);
   if (info == nullptr) {
     return absl::NotFoundError(
@@ -172,6 +181,41 @@ absl::StatusOr<torch::Tensor> Checkpoint::LoadGguf(const WeightSpec& spec, torch
         path_, ": tensor '", spec.gguf_name, "' has shape ", ShapeString(info->shape()),
         " but the file's metadata implies ", ShapeString(spec.shape)));
   }
+  return info;
+}
+
+absl::StatusOr<GgmlType> Checkpoint::GgufType(const WeightSpec& spec) const {
+  auto info = FindGguf(spec);
+  if (!info.ok()) return info.status();
+  return (*info)->type;
+}
+
+torch::Tensor Checkpoint::UndoInterleave(const WeightSpec& spec, torch::Tensor t) const {
+  const Role role = spec.parts.front().role;
+  if (config_.architecture == Architecture::kLlama &&
+      (role == Role::kQ || role == Role::kQBias || role == Role::kK || role == Role::kKBias)) {
+    const bool q = role == Role::kQ || role == Role::kQBias;
+    t = UndoRotaryInterleave(t, q ? config_.num_heads : config_.num_kv_heads);
+  }
+  return t;
+}
+
+absl::StatusOr<torch::Tensor> Checkpoint::LoadBlocks(const WeightSpec& spec) const {
+  auto info = FindGguf(spec);
+  if (!info.ok()) return info.status();
+  const int64_t rows = spec.shape[0];
+  // Rows are whole blocks (ParseGguf checks that each row is).
+  torch::Tensor t =
+      torch::from_blob(const_cast<void*>(gguf_->Data(**info)),
+                       {rows, static_cast<int64_t>((*info)->size) / rows}, torch::kUInt8);
+  return UndoInterleave(spec, t);
+}
+
+absl::StatusOr<torch::Tensor> Checkpoint::LoadGguf(const WeightSpec& spec, torch::ScalarType dtype,
+                                                   torch::Device device) const {
+  auto found = FindGguf(spec);
+  if (!found.ok()) return found.status();
+  const GgufTensorInfo* info = *found;
   if (dtype == torch::kChar) {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": a GGUF file holds no int8 folder"));
   }
@@ -192,12 +236,7 @@ absl::StatusOr<torch::Tensor> Checkpoint::LoadGguf(const WeightSpec& spec, torch
     t = torch::empty(spec.shape, torch::kFloat32);
     cpu::DequantizeGgml(type, gguf_->Data(*info), t.numel(), t.data_ptr<float>());
   }
-  const Role role = spec.parts.front().role;
-  if (config_.architecture == Architecture::kLlama &&
-      (role == Role::kQ || role == Role::kQBias || role == Role::kK || role == Role::kKBias)) {
-    const bool q = role == Role::kQ || role == Role::kQBias;
-    t = UndoRotaryInterleave(t, q ? config_.num_heads : config_.num_kv_heads);
-  }
+  t = UndoInterleave(spec, t);
   if (config_.norm_weight_plus_one && spec.kind == WeightSpec::Kind::kNorm) {
     // Gemma's norms scale by (1 + w); llama.cpp's converter stores 1 + w.
     t = t.to(torch::kFloat32) - 1.0f;

@@ -37,6 +37,10 @@ class Checkpoint {
   // How the embedding is stored, which --dtype auto follows: a GGUF file's quantized types
   // count as F32 (they are dequantized to it).
   absl::StatusOr<DType> EmbeddingDType() const;
+  // True for a GGUF file with a matrix in a quantized type (not F32, F16 or BF16).
+  bool has_quantized_matrices() const { return has_quantized_matrices_; }
+  // The GGUF type of the tensor `spec` (NotFound if absent; FailedPrecondition for a folder).
+  absl::StatusOr<GgmlType> GgufType(const WeightSpec& spec) const;
 
   // The tensor `spec` with exactly its shape, in `dtype` on `device` (a view of the mapping
   // where nothing changes). int8 (a gpe quantize folder) is never converted to or from.
@@ -44,6 +48,9 @@ class Checkpoint {
                                      torch::Device device) const;
   // The float32 row scales of an int8 matrix (gpe quantize folders: "<name>_scale").
   absl::StatusOr<torch::Tensor> LoadScale(const WeightSpec& spec, torch::Device device) const;
+  // A GGUF matrix's blocks as they are: uint8 [rows, bytes of a row] on the CPU (a view of the
+  // mapping, or a copy where the Llama q/k rows are reordered).
+  absl::StatusOr<torch::Tensor> LoadBlocks(const WeightSpec& spec) const;
 
  private:
   Checkpoint() = default;
@@ -53,11 +60,16 @@ class Checkpoint {
                                                 torch::Device device) const;
   absl::StatusOr<torch::Tensor> LoadGguf(const WeightSpec& spec, torch::ScalarType dtype,
                                          torch::Device device) const;
+  // The tensor `spec` in the GGUF file, its shape checked.
+  absl::StatusOr<const GgufTensorInfo*> FindGguf(const WeightSpec& spec) const;
+  // Llama's q/k rows back in Hugging Face's order (a no-op for every other tensor).
+  torch::Tensor UndoInterleave(const WeightSpec& spec, torch::Tensor t) const;
 
   std::string path_;
   ModelConfig config_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // a folder's
   std::shared_ptr<const GgufFile> gguf_;                       // or a GGUF file
+  bool has_quantized_matrices_ = false;
 };
 
 }  // namespace gpeserve::model

@@ -45,8 +45,9 @@ void Gemm(const torch::Tensor& x, const float* w, int64_t rows, torch::Tensor& y
   if (!error.empty()) throw std::runtime_error(error);  // the forward's boundary makes a Status
 }
 
-cpu::WeightType CpuWeightType(const torch::Tensor& data) {
-  switch (data.scalar_type()) {
+cpu::WeightType CpuWeightType(const Matrix& w) {
+  if (w.has_blocks()) return w.blocks;
+  switch (w.data.scalar_type()) {
     case torch::kBFloat16:
       return cpu::WeightType::kBF16;
     case torch::kFloat16:
@@ -58,13 +59,16 @@ cpu::WeightType CpuWeightType(const torch::Tensor& data) {
   }
 }
 
+cpu::WeightView CpuView(const Matrix& w) {
+  return {w.data.data_ptr(), w.scale.defined() ? w.scale.data_ptr<float>() : nullptr,
+          CpuWeightType(w), w.data.size(0), w.in()};
+}
+
 // y = x W^T + b on the CPU for fp32 activations x [m, in] and any stored W (see kKernelRows).
 torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
   const torch::Tensor xc = x.contiguous();
-  const int64_t m = xc.size(0), out = w.data.size(0), in = w.data.size(1);
-  const cpu::WeightView view{w.data.data_ptr(),
-                             w.scale.defined() ? w.scale.data_ptr<float>() : nullptr,
-                             CpuWeightType(w.data), out, in};
+  const int64_t m = xc.size(0), out = w.data.size(0), in = w.in();
+  const cpu::WeightView view = CpuView(w);
   const cpu::Isa isa = cpu::ActiveIsa();
   if (m <= kKernelRows) {
     torch::Tensor y = torch::empty({m, out}, xc.options());
@@ -150,6 +154,39 @@ Matrix QuantizeInt8(const torch::Tensor& w) {
   return q;
 }
 
+absl::StatusOr<Matrix> QuantizeBlocks(const torch::Tensor& w, cpu::WeightType type) {
+  const torch::Tensor c = w.to(torch::kCPU, torch::kFloat32).contiguous();
+  const int64_t rows = c.size(0), cols = c.size(1);
+  if (cols % cpu::kBlockWeights != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cpu::WeightTypeName(type), " holds rows of whole blocks of ",
+                     cpu::kBlockWeights, " weights, but this matrix has rows of ", cols));
+  }
+  Matrix q{torch::empty({rows, cpu::WeightBytes(type, cols)}, torch::kUInt8), torch::Tensor(),
+           type};
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    cpu::QuantizeRowsBlocks(type, c.data_ptr<float>(), cols, begin, end, q.data.data_ptr());
+  });
+  return q;
+}
+
+torch::Tensor Dequantized(const Matrix& w) {
+  if (!w.has_blocks()) {
+    torch::Tensor f = w.data.to(torch::kFloat32);
+    return w.scale.defined() ? f * w.scale.unsqueeze(1) : f;
+  }
+  const torch::Tensor data = w.data.contiguous();
+  Matrix packed = w;
+  packed.data = data;
+  const cpu::WeightView view = CpuView(packed);
+  torch::Tensor out = torch::empty({view.rows, view.cols}, torch::kFloat32);
+  const cpu::Isa isa = cpu::ActiveIsa();
+  at::parallel_for(0, view.rows, 16, [&](int64_t begin, int64_t end) {
+    cpu::DequantizeRows(isa, view, begin, end, out.data_ptr<float>() + begin * view.cols);
+  });
+  return out;
+}
+
 torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
   // Training (gradients) and CUDA use libtorch; CPU inference our kernels.
   if (x.device().is_cpu() && !x.requires_grad() && !w.data.requires_grad()) {
@@ -157,14 +194,21 @@ torch::Tensor Linear(const torch::Tensor& x, const Matrix& w, const torch::Tenso
   }
   // A frozen weight held in another dtype than the activations (a LoRA's base in training):
   // widened for this product.
-  const torch::Tensor weight =
-      w.data.scalar_type() == x.scalar_type() ? w.data : w.data.to(x.scalar_type());
+  const torch::Tensor weight = w.has_blocks() || w.scale.defined() ? Dequantized(w).to(x.dtype())
+                               : w.data.scalar_type() == x.scalar_type()
+                                   ? w.data
+                                   : w.data.to(x.scalar_type());
   return b.defined() ? torch::nn::functional::linear(x, weight, b)
                      : torch::nn::functional::linear(x, weight);
 }
 
 // Rows `ids` of the embedding, in `dtype`.
 torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType dtype) {
+  if (e.has_blocks()) {
+    Matrix rows = e;
+    rows.data = e.data.index_select(0, ids);
+    return Dequantized(rows).to(dtype);
+  }
   if (e.scale.defined()) {
     return e.data.index_select(0, ids).to(torch::kFloat32) *
            e.scale.index_select(0, ids).unsqueeze(1);
@@ -173,7 +217,12 @@ torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType
 }
 
 std::string LinearKernelPath(const std::string& dtype_name, const torch::Device& device) {
-  const std::string& name = dtype_name;
+  const std::string name =
+      dtype_name == "gguf"
+          ? std::string(
+                "the GGUF file's own (q8_0, q4_0, q4_1, fp16, bf16 as stored; other "
+                "quantized types widened to fp32 at load)")
+          : dtype_name;
   if (device.is_cuda()) {
     return absl::StrCat("cuda: ", name, " weights and activations, libtorch (cuBLAS)");
   }

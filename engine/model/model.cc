@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/formats/gguf_tokenizer.h"
 #include "engine/kernels/cpu_matmul.h"
 #include "engine/model/checkpoint.h"
@@ -57,8 +58,44 @@ const char* ServingDtypeName(ServingDtype dtype) {
       return "fp16";
     case ServingDtype::kInt8:
       return "int8";
+    case ServingDtype::kQ8_0:
+      return "q8_0";
+    case ServingDtype::kQ4_0:
+      return "q4_0";
+    case ServingDtype::kQ4_1:
+      return "q4_1";
+    case ServingDtype::kGguf:
+      return "gguf";
   }
   return "?";
+}
+
+// The block type a serving dtype holds its matrices in (kF32 for the others).
+cpu::WeightType ServingBlocks(ServingDtype dtype) {
+  switch (dtype) {
+    case ServingDtype::kQ8_0:
+      return cpu::WeightType::kQ8_0;
+    case ServingDtype::kQ4_0:
+      return cpu::WeightType::kQ4_0;
+    case ServingDtype::kQ4_1:
+      return cpu::WeightType::kQ4_1;
+    default:
+      return cpu::WeightType::kF32;
+  }
+}
+
+// The block type the kernels read a GGUF tensor type as (kF32 for the others).
+cpu::WeightType GgufBlocks(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return cpu::WeightType::kQ8_0;
+    case GgmlType::kQ4_0:
+      return cpu::WeightType::kQ4_0;
+    case GgmlType::kQ4_1:
+      return cpu::WeightType::kQ4_1;
+    default:
+      return cpu::WeightType::kF32;
+  }
 }
 
 torch::ScalarType ServingScalarType(ServingDtype dtype) {
@@ -74,11 +111,25 @@ torch::ScalarType ServingScalarType(ServingDtype dtype) {
   }
 }
 
-// The serving dtype `requested` resolves to for weights stored as `stored` on `device`, or why
-// it is refused.
+// The serving dtype `requested` resolves to for the checkpoint's weights, stored as `stored`
+// (its embedding's dtype) on `device`, or why it is refused.
 absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType stored,
-                                                 const torch::Device& device,
-                                                 const std::string& dir) {
+                                                 const Checkpoint& checkpoint,
+                                                 const torch::Device& device) {
+  const std::string& dir = checkpoint.path();
+  const bool blocks =
+      requested == ServingDtype::kGguf || cpu::IsBlockType(ServingBlocks(requested));
+  if (requested == ServingDtype::kGguf && !checkpoint.is_gguf()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype gguf serves a GGUF file's own types, but ", dir,
+                     " is a folder: name a dtype (q8_0, q4_0, q4_1 quantize it at load), or auto"));
+  }
+  if (blocks && device.is_cuda()) {
+    return absl::UnimplementedError(
+        absl::StrCat("--dtype ", ServingDtypeName(requested),
+                     ": ggml's blocks run on the CPU only: serve CUDA in bf16 or fp16 "
+                     "(--dtype bf16; a GGUF file's blocks are widened at load)"));
+  }
   if (stored == DType::kI8) {
     if (requested != ServingDtype::kAuto && requested != ServingDtype::kInt8) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -90,6 +141,11 @@ absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType s
     requested = ServingDtype::kInt8;
   }
   if (requested == ServingDtype::kAuto) {
+    // A GGUF file's quantized matrices stay as they are where the kernels read them.
+    if (checkpoint.has_quantized_matrices() && device.is_cpu() &&
+        cpu::ActiveIsa() != cpu::Isa::kScalar) {
+      return ServingDtype::kGguf;
+    }
     switch (stored) {
       case DType::kBF16:
       case DType::kF16:
@@ -124,8 +180,13 @@ absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return ServingDtype::kBF16;
   if (name == "fp16" || name == "float16") return ServingDtype::kF16;
   if (name == "int8") return ServingDtype::kInt8;
+  if (name == "q8_0") return ServingDtype::kQ8_0;
+  if (name == "q4_0") return ServingDtype::kQ4_0;
+  if (name == "q4_1") return ServingDtype::kQ4_1;
+  if (name == "gguf") return ServingDtype::kGguf;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (auto, fp32, bf16, fp16, int8)"));
+      absl::StrCat("unknown dtype '", name, "' (",
+                   absl::StrReplaceAll(kServingDtypeChoices, {{"|", ", "}}), ")"));
 }
 
 const char* Model::weight_dtype_name() const { return ServingDtypeName(weight_dtype_); }
@@ -172,7 +233,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
         c.int8_weights ? "says the folder is quantized (quantization_config)"
                        : "has no quantization_config"));
   }
-  auto serving = ResolveServingDtype(*dtype, *stored, *device, dir);
+  auto serving = ResolveServingDtype(*dtype, *stored, **checkpoint, *device);
   if (!serving.ok()) return serving.status();
   // On CUDA activations run in the serving dtype; Gemma 2's overflow fp16 (transformers warns
   // likewise). The CPU computes in fp32 whatever the weights.
@@ -186,7 +247,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device);
   try {
     const Checkpoint& source = **checkpoint;
-    // Matrices: the serving dtype; int8 as stored by gpe quantize, or quantized here.
+    // Matrices: the serving dtype; int8 as stored by gpe quantize, or quantized here; blocks
+    // as the GGUF file holds them, or quantized here.
     auto load_matrix = [&](const WeightSpec& spec) -> absl::StatusOr<Matrix> {
       if (c.int8_weights) {
         auto data = source.Load(spec, torch::kChar, model->device_);
@@ -194,6 +256,35 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
         auto scale = source.LoadScale(spec, model->device_);
         if (!scale.ok()) return scale.status();
         return Matrix{*std::move(data), *std::move(scale)};
+      }
+      if (*serving == ServingDtype::kGguf || cpu::IsBlockType(ServingBlocks(*serving))) {
+        cpu::WeightType stored_blocks = cpu::WeightType::kF32;
+        torch::ScalarType widened = torch::kFloat32;
+        if (source.is_gguf()) {
+          auto type = source.GgufType(spec);
+          if (!type.ok()) return type.status();
+          stored_blocks = GgufBlocks(*type);
+          if (*type == GgmlType::kF16) widened = torch::kFloat16;
+          if (*type == GgmlType::kBF16) widened = torch::kBFloat16;
+        }
+        const cpu::WeightType wanted =
+            *serving == ServingDtype::kGguf ? stored_blocks : ServingBlocks(*serving);
+        if (cpu::IsBlockType(wanted) && wanted == stored_blocks) {
+          auto data = source.LoadBlocks(spec);
+          if (!data.ok()) return data.status();
+          return Matrix{*std::move(data), torch::Tensor(), wanted};
+        }
+        // gguf: F16 and BF16 as they are, the other types widened to fp32.
+        auto full =
+            source.Load(spec, cpu::IsBlockType(wanted) ? torch::kFloat32 : widened, model->device_);
+        if (!full.ok()) return full.status();
+        if (!cpu::IsBlockType(wanted)) return Matrix{*std::move(full), torch::Tensor()};
+        auto quantized = QuantizeBlocks(*full, wanted);
+        if (!quantized.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(dir, ": ", spec.name, ": ", quantized.status().message()));
+        }
+        return quantized;
       }
       if (*serving != ServingDtype::kInt8) {
         auto data = source.Load(spec, ServingScalarType(*serving), model->device_);

@@ -74,7 +74,7 @@ class Model {
   // The activation dtype: what Forward computes in and what the KV cache holds (fp32 on the
   // CPU; the serving dtype on CUDA).
   torch::ScalarType dtype() const { return dtype_; }
-  // How the weights are held ("fp32", "bf16", "fp16", "int8"): the serving dtype, resolved.
+  // How the weights are held ("fp32", "bf16", ..., "gguf"): the serving dtype, resolved.
   const char* weight_dtype_name() const;
   torch::Device device() const { return device_; }
   // One line naming the code each matrix product runs: the instruction set and kernel for

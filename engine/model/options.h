@@ -11,7 +11,7 @@
 namespace gpeserve::model {
 
 struct ModelOptions {
-  // How the weights are held for serving: auto | fp32 | bf16 | fp16 | int8 (see ServingDtype).
+  // How the weights are held for serving: kServingDtypeChoices (see ServingDtype).
   std::string dtype = "auto";
   std::string device = "cpu";  // cpu | cuda | cuda:N
   int threads = 0;             // CPU intra-op threads; 0 = all cores
@@ -20,19 +20,25 @@ struct ModelOptions {
 // The serving dtype names the weights' format in memory. On the CPU the activations, the KV
 // cache and attention are fp32 whatever it is, and the linear layers run the cpu_matmul.h
 // kernels (bf16/fp16 widen to fp32 exactly in registers; int8 is symmetric per output row, made
-// at load or by `gpe quantize`). On CUDA the whole model runs in the serving dtype (fp32, bf16,
-// fp16; int8 is CPU-only).
+// at load or by `gpe quantize`; q8_0, q4_0 and q4_1 are ggml's blocks of 32 weights with a
+// scale each, kept as a GGUF file holds them or made at load). On CUDA the whole model runs in
+// the serving dtype (fp32, bf16, fp16; int8 and the blocks are CPU-only).
+//   gguf: a GGUF file's matrices as the file holds them where a kernel reads them (F32, F16,
+//   BF16, Q8_0, Q4_0, Q4_1), the other quantized types widened to fp32 at load.
 //   auto: the fastest exact choice here: the checkpoint's own dtype (int8 for a quantized
-//   folder), except that bf16/fp16 weights are served as fp32 on a CPU without AVX2.
-enum class ServingDtype { kAuto, kF32, kBF16, kF16, kInt8 };
+//   folder, gguf for a GGUF file with quantized matrices on the CPU), except that bf16/fp16
+//   weights are served as fp32 on a CPU without AVX2.
+enum class ServingDtype { kAuto, kF32, kBF16, kF16, kInt8, kQ8_0, kQ4_0, kQ4_1, kGguf };
 
 // For command-line flags: the choices and what they mean.
-inline constexpr char kServingDtypeChoices[] = "auto|fp32|bf16|fp16|int8";
+inline constexpr char kServingDtypeChoices[] = "auto|fp32|bf16|fp16|int8|q8_0|q4_0|q4_1|gguf";
 inline constexpr char kServingDtypeHelp[] =
     "how the weights are held (CPU activations are fp32 always); auto: the fastest exact one "
-    "on this machine";
+    "on this machine (a GGUF file's own types); q8_0|q4_0|q4_1: ggml's blocks, made at load "
+    "where the file holds others";
 
-// Parses "auto", "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int8".
+// Parses "auto", "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int8", "q8_0",
+// "q4_0", "q4_1", "gguf".
 absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name);
 
 }  // namespace gpeserve::model

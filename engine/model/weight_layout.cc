@@ -325,7 +325,8 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfi
       continue;
     }
     const Matrix m = GatherMatrix(spec, weights);
-    named.emplace_back(spec.name, m.data);
+    // ggml's blocks have no safetensors dtype: written widened to fp32.
+    named.emplace_back(spec.name, m.has_blocks() ? Dequantized(m) : m.data);
     if (m.scale.defined()) named.emplace_back(spec.name + "_scale", m.scale);
   }
   return named;

@@ -123,7 +123,8 @@ void PlaceMatrix(const WeightSpec& spec, const Matrix& matrix, Weights& weights)
 Matrix GatherMatrix(const WeightSpec& spec, const Weights& weights);
 
 // Every tensor of WeightLayout(config) with its Hugging Face name, in layout order; an int8
-// matrix's scale follows it as "<name>_scale".
+// matrix's scale follows it as "<name>_scale"; a matrix held in ggml's blocks comes widened to
+// fp32.
 std::vector<std::pair<std::string, torch::Tensor>> NamedWeights(const ModelConfig& config,
                                                                 const Weights& weights);
 

@@ -2,7 +2,8 @@
 // CPU runs (so an AVX-512 machine tests its AVX2 and scalar paths too), every weight type, and
 // odd shapes: rows and columns that are not multiples of any vector width or tile (the block
 // types: columns a multiple of their 32), one and several activation rows, sub-ranges of output
-// rows. The block types' values come from ggml_quants' own decoder.
+// rows. The block types' values come from ggml_quants' own decoder, and their vector kernels'
+// activations are rounded as they round them (RoundedActivations).
 #include "engine/kernels/cpu_matmul.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,33 @@ Matrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, std::mt19937& r
   return m;
 }
 
+// The block types' vector kernels round each activation row to int8 blocks of 32
+// (cpu_matmul_blocks.h); the scalar ones multiply the fp32 activations.
+bool RoundsActivations(Isa isa, WeightType type) {
+  return IsBlockType(type) && isa != Isa::kScalar;
+}
+
+// x rounded as those kernels round it: per block of 32, d = max |x| / 127 and q = x * (127 /
+// max |x|) rounded to nearest even, in fp32; the values q d.
+std::vector<double> RoundedActivations(const std::vector<float>& x, int64_t m, int64_t ldx,
+                                       int64_t cols) {
+  std::vector<double> out(x.size());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < cols; b += kBlockWeights) {
+      const float* p = x.data() + i * ldx + b;
+      float max_abs = 0;
+      for (int j = 0; j < kBlockWeights; ++j) max_abs = std::max(max_abs, std::fabs(p[j]));
+      const float d = max_abs / 127.0f;
+      const float inverse = max_abs > 0 ? 127.0f / max_abs : 0.0f;
+      for (int j = 0; j < kBlockWeights; ++j) {
+        out[static_cast<size_t>(i * ldx + b + j)] =
+            static_cast<double>(std::nearbyint(p[j] * inverse)) * d;
+      }
+    }
+  }
+  return out;
+}
+
 constexpr WeightType kTypes[] = {WeightType::kF32,  WeightType::kBF16, WeightType::kF16,
                                  WeightType::kInt8, WeightType::kQ8_0, WeightType::kQ4_0,
                                  WeightType::kQ4_1};
@@ -117,6 +145,10 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
             const int64_t ldx = cols + 3, ldy = rows + 2;  // strides wider than the rows
             std::vector<float> x(static_cast<size_t>(m * ldx));
             for (float& v : x) v = normal(rng);
+            // What the kernel multiplies by: x, or the block types' rounded activations.
+            const std::vector<double> effective = RoundsActivations(isa, type)
+                                                      ? RoundedActivations(x, m, ldx, cols)
+                                                      : std::vector<double>(x.begin(), x.end());
             // A sub-range of output rows, and the whole matrix.
             for (auto [begin, end] : {std::pair<int64_t, int64_t>{rows / 3, rows - rows / 4},
                                       std::pair<int64_t, int64_t>{0, rows}}) {
@@ -140,7 +172,7 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
                   double ref = with_bias ? bias[static_cast<size_t>(n)] : 0.0, magnitude = 0;
                   for (int64_t k = 0; k < cols; ++k) {
                     const double term = w.value[static_cast<size_t>(n * cols + k)] *
-                                        x[static_cast<size_t>(i * ldx + k)];
+                                        effective[static_cast<size_t>(i * ldx + k)];
                     ref += term;
                     magnitude += std::fabs(term);
                   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "engine/kernels/cpu_matmul.h"
@@ -66,8 +67,19 @@ torch::Tensor Interleave(const torch::Tensor& w, int64_t heads) {
   return w.reshape({heads, 2, shape[0] / heads / 2, -1}).transpose(1, 2).reshape(shape);
 }
 
-// Writes model `m` (loaded fp32 from its folder) as a GGUF file of F32 tensors.
-void WriteGguf(const Model& m, const std::string& path) {
+// ggml's type number for the matrix `index` of a layout (F32: 0), and its bytes.
+using MatrixTypes = std::function<uint32_t(int index)>;
+uint32_t AllF32(int) { return 0; }
+
+cpu::WeightType BlockTypeOf(uint32_t ggml_type) {
+  return ggml_type == 8   ? cpu::WeightType::kQ8_0
+         : ggml_type == 2 ? cpu::WeightType::kQ4_0
+                          : cpu::WeightType::kQ4_1;
+}
+
+// Writes model `m` (loaded fp32 from its folder) as a GGUF file: norms and biases F32, the
+// matrices in the types `types` gives (F32, or a block type quantized as ggml rounds).
+void WriteGguf(const Model& m, const std::string& path, const MatrixTypes& types = AllF32) {
   const ModelConfig& c = m.config();
   std::string arch = c.model_type();
   if (arch == "mistral") arch = "llama";
@@ -91,6 +103,8 @@ void WriteGguf(const Model& m, const std::string& path) {
     meta.Float(a + "final_logit_softcapping", c.final_logit_softcapping);
   }
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::vector<uint32_t> ggml_types;
+  int matrix_index = 0;
   for (const WeightSpec& spec : WeightLayout(c)) {
     torch::Tensor t = spec.kind == WeightSpec::Kind::kMatrix ? GatherMatrix(spec, m.weights()).data
                                                              : HeldVector(spec, m.weights());
@@ -100,8 +114,19 @@ void WriteGguf(const Model& m, const std::string& path) {
       t = Interleave(t, role == Role::kQ ? c.num_heads : c.num_kv_heads).contiguous();
     }
     if (c.norm_weight_plus_one && spec.kind == WeightSpec::Kind::kNorm) t = t + 1.0f;
+    const uint32_t type = spec.kind == WeightSpec::Kind::kMatrix ? types(matrix_index++) : 0;
+    if (type != 0) {
+      const cpu::WeightType blocks = BlockTypeOf(type);
+      torch::Tensor packed = torch::empty({cpu::WeightBytes(blocks, t.numel())}, torch::kUInt8);
+      cpu::QuantizeRowsBlocks(blocks, t.data_ptr<float>(), t.size(1), 0, t.size(0),
+                              packed.data_ptr());
+      t = packed;
+    }
+    ggml_types.push_back(type);
     tensors.emplace_back(spec.gguf_name, t);
   }
+  std::vector<std::vector<int64_t>> shapes;
+  for (const WeightSpec& spec : WeightLayout(c)) shapes.push_back(spec.shape);
   GgufBytes file;
   file.Put<uint32_t>(0x46554747);
   file.Put<uint32_t>(3);
@@ -109,18 +134,19 @@ void WriteGguf(const Model& m, const std::string& path) {
   file.Put<uint64_t>(meta.count());
   file.bytes() += meta.bytes();
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    file.Str(name);
-    file.Put<uint32_t>(static_cast<uint32_t>(t.dim()));
-    for (int64_t d = t.dim() - 1; d >= 0; --d) file.Put<uint64_t>(t.size(d));
-    file.Put<uint32_t>(0);  // F32
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::vector<int64_t>& shape = shapes[i];
+    file.Str(tensors[i].first);
+    file.Put<uint32_t>(static_cast<uint32_t>(shape.size()));
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d) file.Put<uint64_t>(*d);
+    file.Put<uint32_t>(ggml_types[i]);
     file.Put<uint64_t>(offset);
-    offset += (t.numel() * 4 + 31) / 32 * 32;
+    offset += (tensors[i].second.nbytes() + 31) / 32 * 32;
   }
   std::string& bytes = file.bytes();
   for (const auto& [name, t] : tensors) {
     bytes.append((32 - bytes.size() % 32) % 32, '\0');
-    bytes.append(static_cast<const char*>(t.data_ptr()), t.numel() * 4);
+    bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
   }
   std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -182,6 +208,80 @@ TEST_F(CheckpointTest, GgufFileServesTheSameModelAsItsFolder) {
     EXPECT_LT(error, 1e-5);
     EXPECT_TRUE(torch::equal(actual.argmax(-1), expected.argmax(-1)));
   }
+}
+
+// Q8_0, Q4_0 and Q4_1 matrices are served as the file holds them (--dtype auto: gguf). A
+// prefill beyond the kernels' 64 rows widens the blocks to the values the fp32 load decodes and
+// computes exactly what the file served widened to fp32 computes; decode-sized steps round the
+// activations to int8 blocks (cpu_matmul_blocks.h) and stay within that rounding.
+TEST_F(CheckpointTest, GgufBlocksAreServedAsStoredAndMatchTheirWidenedModel) {
+  uint64_t seed = 31;
+  for (const MakeModelOptions& family :
+       {MakeModelOptions{.arch = "llama"}, MakeModelOptions{.arch = "qwen2"}}) {
+    SCOPED_TRACE(family.arch);
+    const std::string folder = testing::WriteTinyChatModel(seed++, dir_.string(), family);
+    auto from_folder = Model::Load(folder, {.dtype = "fp32", .threads = 2});
+    ASSERT_TRUE(from_folder.ok()) << from_folder.status();
+    const std::string gguf = folder + ".gguf";
+    const uint32_t cycle[] = {8, 2, 3};  // Q8_0, Q4_0, Q4_1 in turn
+    WriteGguf(**from_folder, gguf, [&cycle](int i) { return cycle[i % 3]; });
+    auto packed = Model::Load(gguf, {.dtype = "auto", .threads = 2});
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    if (cpu::ActiveIsa() == cpu::Isa::kScalar) {
+      EXPECT_STREQ((*packed)->weight_dtype_name(), "fp32");
+      continue;
+    }
+    EXPECT_STREQ((*packed)->weight_dtype_name(), "gguf");
+    const Weights& w = (*packed)->weights();
+    EXPECT_EQ(w.embed.blocks, cpu::WeightType::kQ8_0);
+    EXPECT_TRUE(w.layers[0].q_w.has_blocks());
+    EXPECT_EQ(w.layers[0].q_w.in(), (*packed)->config().hidden_size);
+    auto widened = Model::Load(gguf, {.dtype = "fp32", .threads = 2});
+    ASSERT_TRUE(widened.ok()) << widened.status();
+    EXPECT_LT((*packed)->weight_bytes() * 3, (*widened)->weight_bytes());
+    std::vector<int64_t> long_ids;
+    for (int i = 0; i < 90; ++i) long_ids.push_back(40 + (i * 7) % 200);
+    EXPECT_TRUE(torch::equal(Logits(**packed, long_ids), Logits(**widened, long_ids)));
+    // Rounded activations move a tiny random model's logits by a few percent of their scale (a
+    // wrong block layout or row order would move them by all of it).
+    const std::vector<int64_t> ids = {256, 72, 101, 108, 108, 111, 257, 33, 44, 55, 66};
+    const torch::Tensor a = Logits(**packed, ids), b = Logits(**widened, ids);
+    EXPECT_LT((a - b).abs().max().item<double>(), 0.2 * b.abs().max().item<double>());
+    // A file of Q8_0 serves what --dtype q8_0 makes of the folder at load, close to the fp32
+    // model (4 bits move a tiny random model's logits far).
+    const std::string q8 = folder + ".q8_0.gguf";
+    WriteGguf(**from_folder, q8, [](int) { return 8u; });
+    auto q8_model = Model::Load(q8, {.threads = 2});
+    ASSERT_TRUE(q8_model.ok()) << q8_model.status();
+    const torch::Tensor original = Logits(**from_folder, ids);
+    auto q8_at_load = Model::Load(folder, {.dtype = "q8_0", .threads = 2});
+    ASSERT_TRUE(q8_at_load.ok()) << q8_at_load.status();
+    const torch::Tensor from_file = Logits(**q8_model, ids);
+    EXPECT_TRUE(torch::equal(from_file, Logits(**q8_at_load, ids)));
+    EXPECT_LT((from_file - original).abs().max().item<double>(),
+              0.1 * original.abs().max().item<double>());
+    // A named block type keeps the matrices already in it and quantizes the others.
+    auto as_q4_0 = Model::Load(gguf, {.dtype = "q4_0", .threads = 2});
+    ASSERT_TRUE(as_q4_0.ok()) << as_q4_0.status();
+    EXPECT_EQ((*as_q4_0)->weights().embed.blocks, cpu::WeightType::kQ4_0);
+    const LayerWeights& file = w.layers[0];
+    const LayerWeights& requantized = (*as_q4_0)->weights().layers[0];
+    int kept = 0;
+    for (auto member :
+         {&LayerWeights::q_w, &LayerWeights::k_w, &LayerWeights::v_w, &LayerWeights::o_w,
+          &LayerWeights::gate_w, &LayerWeights::up_w, &LayerWeights::down_w}) {
+      EXPECT_EQ((requantized.*member).blocks, cpu::WeightType::kQ4_0);
+      if ((file.*member).blocks != cpu::WeightType::kQ4_0) continue;
+      EXPECT_TRUE(torch::equal((requantized.*member).data, (file.*member).data));
+      ++kept;
+    }
+    EXPECT_GT(kept, 0);
+  }
+  // gguf names a file's own types: a folder has none.
+  const std::string folder = testing::WriteTinyChatModel(3, dir_.string(), {.arch = "qwen2"});
+  auto refused = Model::Load(folder, {.dtype = "gguf"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("is a folder"), std::string::npos) << refused.status();
 }
 
 TEST_F(CheckpointTest, GgufErrorsNameTheFileAndWhatIsWrong) {
