@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "engine/kernels/cpu_matmul.h"
+#include "engine/kernels/cpu_matmul_isa.h"
 
 namespace gpeserve::model::cpu::internal {
 namespace {

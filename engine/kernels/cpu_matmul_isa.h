@@ -18,7 +18,16 @@ GPESERVE_CPU_MATMUL_ENTRY_POINTS(Avx512)
 
 #undef GPESERVE_CPU_MATMUL_ENTRY_POINTS
 
-// Weight `index` (row-major) of a block-type matrix as fp32: the scalar kernels' and the tails'.
+// Weight `index` (row-major) of a block-type matrix as fp32: the scalar kernels'.
 float BlockWeight(WeightType type, const void* data, int64_t index);
+
+namespace {  // in each file: the kernels compiled for one instruction set fold it
+
+// Bytes of one block of a block type (WeightBytes' values).
+constexpr int64_t BlockBytes(WeightType t) {
+  return t == WeightType::kQ8_0 ? 34 : t == WeightType::kQ4_0 ? 18 : 20;
+}
+
+}  // namespace
 
 }  // namespace gpeserve::model::cpu::internal

@@ -49,11 +49,6 @@ constexpr bool IsBlock(WeightType t) {
   return t == WeightType::kQ8_0 || t == WeightType::kQ4_0 || t == WeightType::kQ4_1;
 }
 
-// Bytes of one block of a block type (WeightBytes' values, here so that the kernels fold them).
-constexpr int64_t BlockBytes(WeightType t) {
-  return t == WeightType::kQ8_0 ? 34 : t == WeightType::kQ4_0 ? 18 : 20;
-}
-
 // Bytes of `count` weights of type T, for prefetch distances (rounded down inside a block).
 template <WeightType T>
 constexpr int64_t BytesOf(int64_t count) {
