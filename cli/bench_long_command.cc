@@ -192,7 +192,8 @@ int BenchLongCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: " << loaded.status().message() << "\n";
     return 1;
   }
-  auto resolved = session.Resolve(loaded->model->config().model_type(), loaded->instruction);
+  auto resolved = session.Resolve(loaded->model->config().model_type(),
+                                  loaded->model->chat_template(), loaded->instruction);
   if (!resolved.ok()) {
     std::cerr << "gpe: " << resolved.status().message() << "\n";
     return 1;

@@ -360,7 +360,8 @@ int EvalCommand(int argc, char** argv, int first) {
   auto loaded = LoadCommandModel(model_flags);
   if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
   const model::Model& model = *loaded->model;
-  auto resolved = session.Resolve(model.config().model_type(), loaded->instruction);
+  auto resolved =
+      session.Resolve(model.config().model_type(), model.chat_template(), loaded->instruction);
   if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
   session::SessionOptions options = *resolved;
   options.adapter = loaded->adapter.get();

@@ -196,8 +196,13 @@ int TrainCommand(int argc, char** argv, int first) {
     std::cerr << "gpe: " << model.status().message() << "\n";
     return 1;
   }
-  auto profile = policy::LoadProfile(
-      policy::ResolveProfileName(profile_name, (*model)->config().model_type()));
+  auto resolved_name = policy::ResolveProfileName(profile_name, (*model)->config().model_type(),
+                                                  (*model)->chat_template());
+  if (!resolved_name.ok()) {
+    std::cerr << "gpe: " << resolved_name.status().message() << "\n";
+    return 1;
+  }
+  auto profile = policy::LoadProfile(*resolved_name);
   if (!profile.ok()) {
     std::cerr << "gpe: " << profile.status().message() << "\n";
     return 1;

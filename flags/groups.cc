@@ -92,8 +92,11 @@ void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config) {
 }
 
 absl::StatusOr<session::SessionOptions> SessionFlags::Resolve(
-    const std::string& model_type, const std::optional<std::string>& adapter_instruction) const {
-  auto loaded = policy::LoadProfile(policy::ResolveProfileName(profile, model_type));
+    const std::string& model_type, const std::string& chat_template,
+    const std::optional<std::string>& adapter_instruction) const {
+  auto name = policy::ResolveProfileName(profile, model_type, chat_template);
+  if (!name.ok()) return name.status();
+  auto loaded = policy::LoadProfile(*name);
   if (!loaded.ok()) return loaded.status();
   session::SessionOptions resolved = options;
   resolved.profile = *std::move(loaded);
@@ -129,8 +132,8 @@ void AddCompatFlag(FlagSet& flags, policy::Compat* compat) {
 
 void AddSessionFlags(FlagSet& flags, SessionFlags* session) {
   flags.Add("profile", "NAME|FILE",
-            "prompt profile: auto (the model's chat format), qwen2.5, qwen3, llama3, gemma2, "
-            "phi3, or a JSON file",
+            "prompt profile: auto (the model's chat format, read from its chat template), "
+            "qwen2.5, qwen3, llama3, gemma2, phi3, or a JSON file",
             &session->profile);
   flags.Add("instruction", "TEXT", "override the profile's instruction", &session->instruction);
   flags.Add("phi", "N", "first target position id (default: the profile's)", &session->phi,

@@ -59,11 +59,12 @@ struct SessionFlags {
   std::optional<std::string> instruction;  // unset: the profile's
   std::optional<int64_t> phi;              // unset: the profile's
   session::SessionOptions options;         // policy and paradigm; the profile is Resolve's
-  // The options with the profile loaded (auto: the one of `model_type`, the model's
-  // config.json model_type) and the instruction and phi applied. The instruction: --instruction,
-  // else `adapter_instruction` (the adapter's prompt.json), else the profile's.
+  // The options with the profile loaded (auto: the one the model's `chat_template` follows, or
+  // without one its config.json `model_type`'s; policy::ResolveProfileName) and the instruction
+  // and phi applied. The instruction: --instruction, else `adapter_instruction` (the adapter's
+  // prompt.json), else the profile's.
   absl::StatusOr<session::SessionOptions> Resolve(
-      const std::string& model_type,
+      const std::string& model_type, const std::string& chat_template,
       const std::optional<std::string>& adapter_instruction = std::nullopt) const;
 };
 // --profile, --instruction, --phi, --wait_k, --split, --paradigm (gpe, reencode, interleaved),

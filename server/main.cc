@@ -130,8 +130,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* out) {
   ServiceConfig& service = out->service;
   flags::AddModelFlags(flags, &out->model);
   flags.Add("profile", "NAME|FILE",
-            "default prompt profile: auto (the model's chat format, by its config.json "
-            "model_type), qwen2.5, qwen3, llama3, gemma2, phi3, or a JSON file; "
+            "default prompt profile: auto (the model's chat format, read from its chat "
+            "template, else by its config.json model_type), qwen2.5, qwen3, llama3, gemma2, "
+            "phi3, or a JSON file; "
             "sessions may also name any built-in profile, or auto",
             &out->profile);
   flags.AddParsed("adapter", "NAME=DIR",
@@ -306,14 +307,21 @@ absl::StatusOr<Parts> Build(Flags& flags) {
     }
   }
   // auto: the model's chat format; a session may name it too.
-  const std::string profile_name =
-      policy::ResolveProfileName(flags.profile, parts.model->config().model_type());
-  auto profile = policy::LoadProfile(profile_name);
+  const std::string& model_type = parts.model->config().model_type();
+  const std::string chat_template = parts.model->chat_template();
+  auto profile_name = policy::ResolveProfileName(flags.profile, model_type, chat_template);
+  if (!profile_name.ok()) return profile_name.status();
+  auto profile = policy::LoadProfile(*profile_name);
   if (!profile.ok()) return profile.status();
-  service_config.default_profile = profile->name.empty() ? profile_name : profile->name;
+  service_config.default_profile = profile->name.empty() ? *profile_name : profile->name;
   service_config.profiles[service_config.default_profile] = *profile;
-  service_config.profiles[policy::kAutoProfile] = service_config.profiles.at(
-      policy::ResolveProfileName(policy::kAutoProfile, parts.model->config().model_type()));
+  // A session may name auto: the model's own format, or none when it has no built-in profile.
+  auto auto_name = policy::ResolveProfileName(policy::kAutoProfile, model_type, chat_template);
+  if (auto_name.ok()) {
+    auto auto_profile = policy::LoadProfile(*auto_name);
+    if (!auto_profile.ok()) return auto_profile.status();
+    service_config.profiles[policy::kAutoProfile] = *std::move(auto_profile);
+  }
 
   // A merged adapter's sessions run the model as loaded: theirs is the base series, labelled
   // with its name.

@@ -71,6 +71,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // Null when the folder has no tokenizer.json.
   const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer() const { return tokenizer_; }
+  // The tokenizer's chat template, which --profile auto follows (empty without either).
+  std::string chat_template() const { return tokenizer_ ? tokenizer_->chat_template() : ""; }
   // The activation dtype: what Forward computes in and what the KV cache holds (fp32 on the
   // CPU; the serving dtype on CUDA).
   torch::ScalarType dtype() const { return dtype_; }

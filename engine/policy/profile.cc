@@ -60,17 +60,36 @@ absl::StatusOr<Profile> Profile::FromJson(const nlohmann::json& json, const std:
   return p;
 }
 
-std::string ResolveProfileName(const std::string& name, const std::string& model_type) {
+absl::StatusOr<std::string> ProfileForChatTemplate(const std::string& chat_template) {
+  const auto has = [&chat_template](std::string_view marker) {
+    return chat_template.find(marker) != std::string::npos;
+  };
+  if (has("<|im_start|>")) return has("<think>") ? "qwen3" : "qwen2.5";
+  if (has("<|start_header_id|>")) return "llama3";
+  if (has("<start_of_turn>")) return "gemma2";
+  if (has("<|user|>") && has("<|assistant|>") && has("<|end|>")) return "phi3";
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--profile auto: the model's chat template is none of the formats with a built-in profile "
+      "(ChatML <|im_start|>, Llama 3 <|start_header_id|>, Gemma <start_of_turn>, Phi-3 <|user|>); "
+      "write the format's strings to a JSON file and pass --profile FILE (docs/streaming.md), or "
+      "name a built-in profile (",
+      absl::StrJoin(BuiltinProfileNames(), ", "), ")"));
+}
+
+absl::StatusOr<std::string> ResolveProfileName(const std::string& name,
+                                               const std::string& model_type,
+                                               const std::string& chat_template) {
   if (name != kAutoProfile) return name;
+  if (!chat_template.empty()) return ProfileForChatTemplate(chat_template);
   static constexpr std::pair<const char*, const char*> kByModelType[] = {{"qwen2", "qwen2.5"},
                                                                          {"qwen3", "qwen3"},
                                                                          {"llama", "llama3"},
                                                                          {"gemma2", "gemma2"},
                                                                          {"phi3", "phi3"}};
   for (const auto& [type, profile] : kByModelType) {
-    if (model_type == type) return profile;
+    if (model_type == type) return std::string(profile);
   }
-  return "qwen2.5";
+  return std::string("qwen2.5");
 }
 
 std::vector<std::string> BuiltinProfileNames() {

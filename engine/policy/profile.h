@@ -37,13 +37,22 @@ struct Profile {
 // Names of the built-in profiles: gemma2, llama3, phi3, qwen2.5, qwen3.
 std::vector<std::string> BuiltinProfileNames();
 
-// The profile name "auto" stands for the built-in profile of the model's chat format, chosen by
-// its config.json model_type (qwen2: qwen2.5, qwen3: qwen3, llama: llama3, gemma2: gemma2,
-// phi3: phi3; anything else, Mistral included, qwen2.5: Mistral's [INST] format has no target
-// header for the target group to start from, so a Mistral model serves the profile it was
-// fine-tuned with). Other names are returned unchanged.
+// The profile name "auto" stands for the built-in profile of the model's chat format. With a
+// chat template (tokenizer_config.json's chat_template, a GGUF file's tokenizer.chat_template)
+// it is recognized by the markers the template writes: <|im_start|> (ChatML) is qwen2.5, or
+// qwen3 when the template also writes Qwen 3's <think> block; <|start_header_id|> is llama3;
+// <start_of_turn> is gemma2 (Gemma 2 and 3); <|user|> with <|assistant|> and <|end|> is phi3.
+// A template with none of them (Llama 2's and Mistral's [INST], for one: their format has no
+// target header for the target group to start from) is InvalidArgument naming --profile FILE.
+// Without a template (a base model), by config.json's model_type (qwen2: qwen2.5, qwen3: qwen3,
+// llama: llama3, gemma2: gemma2, phi3: phi3; anything else qwen2.5). Other names are returned
+// unchanged.
 inline constexpr char kAutoProfile[] = "auto";
-std::string ResolveProfileName(const std::string& name, const std::string& model_type);
+absl::StatusOr<std::string> ResolveProfileName(const std::string& name,
+                                               const std::string& model_type,
+                                               const std::string& chat_template);
+// The built-in profile whose markers `chat_template` writes (see above), or InvalidArgument.
+absl::StatusOr<std::string> ProfileForChatTemplate(const std::string& chat_template);
 // A built-in profile by name, or a JSON file by path (anything containing '/' or ending in
 // ".json"). Errors name the profile or file and the field.
 absl::StatusOr<Profile> LoadProfile(const std::string& name_or_path);

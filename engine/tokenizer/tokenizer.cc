@@ -213,6 +213,19 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(
     if (auto bos = ConfigToken(*config, "bos_token")) t->bos_id_ = t->TokenToId(*bos);
     if (auto eos = ConfigToken(*config, "eos_token")) t->eos_id_ = t->TokenToId(*eos);
     t->clean_up_spaces_ = GetBoolOr(*config, "clean_up_tokenization_spaces", false);
+    // A string, or named templates ([{"name": ..., "template": ...}]): the "default" one.
+    if (const auto chat = config->find("chat_template"); chat != config->end()) {
+      if (chat->is_string()) {
+        t->chat_template_ = chat->get<std::string>();
+      } else if (chat->is_array()) {
+        for (const auto& named : *chat) {
+          if (named.is_object() && named.value("name", "") == "default" &&
+              named.contains("template") && named["template"].is_string()) {
+            t->chat_template_ = named["template"].get<std::string>();
+          }
+        }
+      }
+    }
     // transformers rebuilds the template from these flags for Llama/Gemma-style tokenizers.
     if (config->contains("add_bos_token") || config->contains("add_eos_token")) {
       t->prefix_ids_.clear();

@@ -93,6 +93,8 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
   bool clean_up_spaces() const { return clean_up_spaces_; }
+  // tokenizer_config.json's chat_template (the "default" one of named templates); empty if none.
+  const std::string& chat_template() const { return chat_template_; }
 
  private:
   Tokenizer();
@@ -115,6 +117,7 @@ class Tokenizer {
   std::optional<int32_t> bos_id_;
   std::optional<int32_t> eos_id_;
   bool clean_up_spaces_ = false;
+  std::string chat_template_;
   int32_t vocab_size_ = 0;
 };
 

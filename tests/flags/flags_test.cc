@@ -202,17 +202,17 @@ TEST(FlagGroupsTest, DefaultsComeFromTheStructsAndParseIntoThem) {
   EXPECT_EQ(sampling.temperature, 0.5);
   EXPECT_EQ(sampling.seed, 3u);
   // No --profile: auto, the model's chat format.
-  auto resolved = session.Resolve("gemma2");
+  auto resolved = session.Resolve("gemma2", "");
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(resolved->profile.name, "gemma2");
   for (const auto& [model_type, profile] :
        {std::pair{"qwen2", "qwen2.5"}, std::pair{"qwen3", "qwen3"}, std::pair{"llama", "llama3"},
         std::pair{"mistral", "qwen2.5"}, std::pair{"phi3", "phi3"}}) {
-    auto by_type = session.Resolve(model_type);
+    auto by_type = session.Resolve(model_type, "");
     ASSERT_TRUE(by_type.ok()) << by_type.status();
     EXPECT_EQ(by_type->profile.name, profile) << model_type;
   }
-  resolved = session.Resolve("qwen2");
+  resolved = session.Resolve("qwen2", "");
   EXPECT_EQ(resolved->profile.instruction, "Do it.");
   EXPECT_EQ(resolved->profile.phi, 0);
   EXPECT_EQ(resolved->policy.wait_k, 5);
@@ -238,7 +238,7 @@ TEST(FlagGroupsTest, GroupChecksRefuseWhatTheEngineWould) {
     SessionFlags session;
     AddSessionFlags(flags, &session);
     ASSERT_TRUE(ParseArgs(flags, {"--profile", "no-such-profile"}).ok());
-    EXPECT_FALSE(session.Resolve("qwen2").ok());
+    EXPECT_FALSE(session.Resolve("qwen2", "").ok());
   }
 }
 

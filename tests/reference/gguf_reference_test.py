@@ -186,7 +186,9 @@ def tokenizer_equal(gpe, path, tokenizer):
 
 
 def live_equals_offline(args, path):
-    """One live session through gpeserve on the file == the same sentence in `gpe eval`."""
+    """One live session through gpeserve on the file == the same sentence in `gpe eval`. The
+    server runs --profile auto, which must find ChatML in the file's tokenizer.chat_template:
+    `gpe eval` names qwen2.5."""
     source = "The weather is nice today and we are going to the park."
     instruction = "Translate the following English text to German."
     common = ["--profile", "qwen2.5", "--instruction", instruction, "--wait_k", "3",
@@ -199,7 +201,7 @@ def live_equals_offline(args, path):
                     "--out", out] + common, check=True, capture_output=True)
     with open(out) as f:
         offline = json.loads(f.readline())
-    server = subprocess.Popen([args.gpeserve, "--model", path, "--profile", "qwen2.5",
+    server = subprocess.Popen([args.gpeserve, "--model", path, "--profile", "auto",
                                "--listen", "127.0.0.1:0", "--metrics_listen", "none",
                                "--threads", "2"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -213,7 +215,7 @@ def live_equals_offline(args, path):
         if address is None:
             print("FAIL: gpeserve did not start on the .gguf")
             return False
-        # The server's --profile is the session's; the rest as gpe eval has it.
+        # The server's --profile (auto) is the session's; the rest as gpe eval has it.
         live = subprocess.run([args.client, "stream", "--server", address, "--text", source,
                                "--words_per_second", "50"] + common[2:],
                               capture_output=True, text=True, timeout=300)
