@@ -55,6 +55,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const SafetensorsFile>>> OpenSafetens
   return files;
 }
 
+// True for a GGUF tensor type in blocks with scales (not F32, F16 or BF16).
+bool IsQuantized(GgmlType type) {
+  return type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
+}
+
 // The safetensors dtype a GGUF tensor type is served like (quantized types: dequantized to F32).
 DType GgufServedDType(GgmlType type) {
   switch (type) {
@@ -90,8 +95,7 @@ absl::StatusOr<std::shared_ptr<const Checkpoint>> Checkpoint::Open(const std::st
     if (!config.ok()) return config.status();
     for (const WeightSpec& spec : WeightLayout(*config)) {
       const GgufTensorInfo* info = (*file)->Find(spec.gguf_name);
-      if (spec.kind == WeightSpec::Kind::kMatrix && info != nullptr &&
-          GgufServedDType(info->type) == DType::kF32 && info->type != GgmlType::kF32) {
+      if (spec.kind == WeightSpec::Kind::kMatrix && info != nullptr && IsQuantized(info->type)) {
         checkpoint->has_quantized_matrices_ = true;
       }
     }
@@ -221,8 +225,7 @@ absl::StatusOr<torch::Tensor> Checkpoint::LoadGguf(const WeightSpec& spec, torch
   }
   torch::Tensor t;
   const DType served = GgufServedDType(info->type);
-  if (info->type == GgmlType::kF32 || info->type == GgmlType::kF16 ||
-      info->type == GgmlType::kBF16) {
+  if (!IsQuantized(info->type)) {
     t = torch::from_blob(const_cast<void*>(gguf_->Data(*info)), spec.shape,
                          torch::TensorOptions().dtype(TorchType(served)));
   } else {
