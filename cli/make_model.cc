@@ -39,6 +39,10 @@ constexpr Preset kPresets[] = {
      "llama3", 0, 0},
     {"gemma2-2b", "gemma2", 2304, 9216, 26, 8, 4, 256, 256000, true, 10000.0, 1e-6, 8192, "none",
      4096, 0},
+    {"gemma3-270m", "gemma3", 640, 2048, 18, 4, 1, 256, 262144, true, 1000000.0, 1e-6, 32768,
+     "none", 512, 0},
+    {"gemma3-1b", "gemma3", 1152, 6912, 26, 4, 1, 256, 262144, true, 1000000.0, 1e-6, 32768, "none",
+     512, 0},
     {"qwen3-0.6b", "qwen3", 1024, 3072, 28, 16, 8, 128, 151936, true, 1000000.0, 1e-6, 40960,
      "none", 0, 0},
     {"qwen3-4b", "qwen3", 2560, 9728, 36, 32, 8, 128, 151936, true, 1000000.0, 1e-6, 40960, "none",
@@ -53,6 +57,7 @@ constexpr std::pair<const char*, Architecture> kArchNames[] = {
     {"qwen2", Architecture::kQwen2},     {"llama", Architecture::kLlama},
     {"mistral", Architecture::kMistral}, {"gemma2", Architecture::kGemma2},
     {"qwen3", Architecture::kQwen3},     {"phi3", Architecture::kPhi3},
+    {"gemma3", Architecture::kGemma3},
 };
 
 // longrope's per-frequency factors (the real checkpoints' are fitted by search; these are
@@ -155,9 +160,9 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
     return absl::InvalidArgumentError(
         absl::StrCat("unknown arch '", arch, "' (", absl::StrJoin(arch_names, ", "), ")"));
   }
-  static constexpr const char* kClassNames[] = {"Qwen2ForCausalLM",   "LlamaForCausalLM",
-                                                "MistralForCausalLM", "Gemma2ForCausalLM",
-                                                "Qwen3ForCausalLM",   "Phi3ForCausalLM"};
+  static constexpr const char* kClassNames[] = {
+      "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
+      "Qwen3ForCausalLM", "Phi3ForCausalLM",  "Gemma3ForCausalLM"};
   c.architecture_name = kClassNames[static_cast<int>(c.architecture)];
   const int64_t rounded = (tokenizer_vocab + 63) / 64 * 64;
   c.vocab_size = std::max(preset->vocab, rounded);
@@ -180,13 +185,16 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
     return absl::InvalidArgumentError(
         absl::StrCat("num_kv_heads ", c.num_kv_heads, " must divide num_heads ", c.num_heads));
   }
-  c.rms_norm_eps = preset->rms_eps;
-  c.rope_theta = preset->rope_theta;
-  c.max_position_embeddings = o.max_position_embeddings.value_or(preset->max_positions);
-  // Gemma 2 ties its head by default (transformers' default too).
-  c.tie_word_embeddings = o.tie_word_embeddings.value_or(
-      preset->arch == nullptr && c.architecture == Architecture::kGemma2 ? true : preset->tied);
   const Architecture a = c.architecture;
+  const bool gemma = a == Architecture::kGemma2 || a == Architecture::kGemma3;
+  c.rms_norm_eps = preset->rms_eps;
+  // Gemma 3's global layers rotate with base 1e6, its local ones with 1e4 (transformers'
+  // defaults), whatever the shape.
+  c.rope_theta = a == Architecture::kGemma3 ? 1e6 : preset->rope_theta;
+  c.max_position_embeddings = o.max_position_embeddings.value_or(preset->max_positions);
+  // Gemma ties its head by default (transformers' default too).
+  c.tie_word_embeddings =
+      o.tie_word_embeddings.value_or(preset->arch == nullptr && gemma ? true : preset->tied);
   const bool phi3 = a == Architecture::kPhi3;
   if (o.partial_rotary_factor.has_value() && !phi3) {
     return absl::InvalidArgumentError("partial_rotary_factor is for phi3 only");
@@ -249,6 +257,11 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
   if (o.max_window_layers.has_value() && !qwen) {
     return absl::InvalidArgumentError("max_window_layers is for qwen2 and qwen3 only");
   }
+  if (o.sliding_window_pattern.has_value() && a != Architecture::kGemma3) {
+    return absl::InvalidArgumentError("sliding_window_pattern is for gemma3 only");
+  }
+  const int64_t pattern = o.sliding_window_pattern.value_or(6);
+  if (pattern <= 0) return absl::InvalidArgumentError("sliding_window_pattern must be positive");
   if (a != Architecture::kLlama) {
     const int64_t preset_window =
         preset->arch != nullptr ? preset->sliding_window : (qwen || phi3 ? 0 : 4096);
@@ -265,20 +278,29 @@ absl::StatusOr<ModelConfig> MakeConfig(const MakeModelOptions& o, int64_t tokeni
       }
     } else {
       for (int64_t i = 0; i < c.num_layers; ++i) {
-        c.windowed_layers[i] = a != Architecture::kGemma2 || i % 2 == 0;
+        c.windowed_layers[i] = a == Architecture::kGemma2   ? i % 2 == 0
+                               : a == Architecture::kGemma3 ? (i + 1) % pattern != 0
+                                                            : true;
       }
     }
   }
-  if (a == Architecture::kGemma2) {
+  if (a == Architecture::kGemma3 && o.attn_logit_softcapping.value_or(0) > 0) {
+    return absl::InvalidArgumentError(
+        "attn_logit_softcapping is for gemma2 only (Gemma 3 does not cap attention scores)");
+  }
+  if (gemma) {
+    // Gemma 2 caps by default, Gemma 3 does not (transformers' defaults).
+    const bool gemma2 = a == Architecture::kGemma2;
     c.activation = Activation::kGeluTanh;
     c.query_pre_attn_scalar = static_cast<double>(c.head_dim);
-    c.attn_logit_softcapping = o.attn_logit_softcapping.value_or(50.0);
-    c.final_logit_softcapping = o.final_logit_softcapping.value_or(30.0);
+    c.attn_logit_softcapping = o.attn_logit_softcapping.value_or(gemma2 ? 50.0 : 0.0);
+    c.final_logit_softcapping = o.final_logit_softcapping.value_or(gemma2 ? 30.0 : 0.0);
     c.scale_embeddings = c.norm_weight_plus_one = c.sandwich_norms = true;
+    if (!gemma2) c.rope_local_theta = 10000.0;
   } else if (o.attn_logit_softcapping.has_value() || o.final_logit_softcapping.has_value()) {
-    return absl::InvalidArgumentError("soft-capping is for gemma2 only");
+    return absl::InvalidArgumentError("soft-capping is for gemma2 and gemma3 only");
   }
-  c.qk_norm = a == Architecture::kQwen3;
+  c.qk_norm = a == Architecture::kQwen3 || a == Architecture::kGemma3;
   c.fused_projections = phi3;
   c.torch_dtype = o.dtype == DType::kF32    ? "float32"
                   : o.dtype == DType::kBF16 ? "bfloat16"

@@ -17,8 +17,8 @@
 namespace gpeserve::model {
 
 struct MakeModelOptions {
-  // qwen2 | llama | mistral | gemma2 | qwen3 | phi3; empty: the preset's own (qwen2 for the
-  // shape-only presets tiny and small).
+  // qwen2 | llama | mistral | gemma2 | gemma3 | qwen3 | phi3; empty: the preset's own (qwen2 for
+  // the shape-only presets tiny and small).
   std::string arch;
   std::string preset = "tiny";  // see PresetNames()
   std::string tokenizer_dir;    // folder with tokenizer.json (+ tokenizer_config.json)
@@ -35,13 +35,15 @@ struct MakeModelOptions {
   std::optional<int64_t> max_position_embeddings;
   std::optional<bool> tie_word_embeddings;
   std::optional<std::string> rope_scaling;  // none | linear | llama3 | longrope (phi3)
-  std::optional<bool> attention_bias;       // llama / gemma2 / qwen3 only
+  std::optional<bool> attention_bias;       // llama / gemma2 / gemma3 / qwen3 only
   std::optional<bool> mlp_bias;             // llama only
-  // Sliding window (mistral, gemma2, phi3; qwen2/qwen3 window their layers from
+  // Sliding window (mistral, gemma2, gemma3, phi3; qwen2/qwen3 window their layers from
   // max_window_layers on); 0: none.
   std::optional<int64_t> sliding_window;
   std::optional<int64_t> max_window_layers;  // qwen2 / qwen3
-  // gemma2: soft-capping of attention scores and of the final logits (0: none).
+  // gemma3: every N-th layer global, the others windowed with the local rotary base (6).
+  std::optional<int64_t> sliding_window_pattern;
+  // gemma2, gemma3: soft-capping of attention scores and of the final logits (0: none).
   std::optional<double> attn_logit_softcapping;
   std::optional<double> final_logit_softcapping;
   std::optional<double> partial_rotary_factor;              // phi3
@@ -49,7 +51,8 @@ struct MakeModelOptions {
 };
 
 // Names of the presets: tiny, small, and the shapes of public checkpoints (qwen2.5-0.5b,
-// qwen2.5-3b, llama-3.2-1b, gemma2-2b, qwen3-0.6b, qwen3-4b, phi3-mini, phi3-mini-128k).
+// qwen2.5-3b, llama-3.2-1b, gemma2-2b, gemma3-270m, gemma3-1b, qwen3-0.6b, qwen3-4b, phi3-mini,
+// phi3-mini-128k).
 std::vector<std::string> PresetNames();
 
 // The configuration `options` describes, with the vocabulary size fitted to `tokenizer_vocab`

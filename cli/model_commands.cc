@@ -69,7 +69,7 @@ int MakeModelCommand(int argc, char** argv, int first) {
       "Presets: " +
           absl::StrJoin(model::PresetNames(), ", ") + ".");
   model::MakeModelOptions o;
-  flags.Add("arch", "qwen2|llama|mistral|gemma2|qwen3|phi3",
+  flags.Add("arch", "qwen2|llama|mistral|gemma2|gemma3|qwen3|phi3",
             "architecture (default: the preset's, qwen2 for tiny and small)", &o.arch);
   flags.Add("preset", "NAME", "layer shapes", &o.preset);
   flags.Add("tokenizer", "DIR", "folder with tokenizer.json to copy (fixes the vocabulary)",
@@ -98,19 +98,24 @@ int MakeModelCommand(int argc, char** argv, int first) {
                   &o.tie_word_embeddings);
   flags.Add("rope_scaling", "none|linear|llama3|longrope",
             "override: rotary scaling (longrope: phi3)", &o.rope_scaling);
-  AddBoolOverride(flags, "attention_bias", "override (llama, gemma2, qwen3): q/k/v/o biases",
-                  &o.attention_bias);
+  AddBoolOverride(flags, "attention_bias",
+                  "override (llama, gemma2, gemma3, qwen3): q/k/v/o biases", &o.attention_bias);
   AddBoolOverride(flags, "mlp_bias", "override (llama): MLP biases", &o.mlp_bias);
   flags.Add("sliding_window", "N",
-            "override: sliding-window width, 0 = none (mistral, phi3, gemma2's even layers; "
-            "qwen2/qwen3 from --max_window_layers on)",
+            "override: sliding-window width, 0 = none (mistral, phi3, gemma2's even layers, "
+            "gemma3's local layers; qwen2/qwen3 from --max_window_layers on)",
             &o.sliding_window, {.min = 0});
+  flags.Add("sliding_window_pattern", "N",
+            "override (gemma3): every N-th layer is global, the others local (windowed, "
+            "rotating with base 10000); 6 as Gemma 3",
+            &o.sliding_window_pattern, {.min = 1});
   flags.Add("max_window_layers", "N", "override (qwen2, qwen3): first windowed layer",
             &o.max_window_layers, {.min = 0});
   flags.Add("attn_logit_softcapping", "X", "override (gemma2): attention-score soft cap, 0 = none",
             &o.attn_logit_softcapping, {.min = 0});
-  flags.Add("final_logit_softcapping", "X", "override (gemma2): final-logit soft cap, 0 = none",
-            &o.final_logit_softcapping, {.min = 0});
+  flags.Add("final_logit_softcapping", "X",
+            "override (gemma2, gemma3): final-logit soft cap, 0 = none", &o.final_logit_softcapping,
+            {.min = 0});
   flags.Add("partial_rotary_factor", "X", "override (phi3): share of head_dim that rotates",
             &o.partial_rotary_factor);
   flags.Add("original_max_position_embeddings", "N",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -161,10 +162,15 @@ absl::StatusOr<int64_t> NonNegativeInt(const nlohmann::json& json, const std::st
   return it->get<int64_t>();
 }
 
+// Gemma 3 without layer_types: every sliding_window_pattern-th layer is global (transformers'
+// default pattern).
+constexpr int64_t kGemma3WindowPattern = 6;
+
 // The windowed layers by the architecture's own rule (no layer_types): Mistral and Phi-3 every
-// layer, Gemma 2 the even ones, Qwen the layers from max_window_layers on when
-// use_sliding_window.
-std::vector<bool> WindowedByRule(const ModelConfig& c) {
+// layer, Gemma 2 the even ones, Gemma 3 all but every `gemma3_pattern`-th, Qwen the layers from
+// max_window_layers on when use_sliding_window.
+std::vector<bool> WindowedByRule(const ModelConfig& c,
+                                 int64_t gemma3_pattern = kGemma3WindowPattern) {
   std::vector<bool> windowed(c.num_layers, false);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     switch (c.architecture) {
@@ -174,6 +180,9 @@ std::vector<bool> WindowedByRule(const ModelConfig& c) {
         break;
       case Architecture::kGemma2:
         windowed[i] = i % 2 == 0;
+        break;
+      case Architecture::kGemma3:
+        windowed[i] = (i + 1) % gemma3_pattern != 0;
         break;
       case Architecture::kQwen2:
       case Architecture::kQwen3:
@@ -187,8 +196,8 @@ std::vector<bool> WindowedByRule(const ModelConfig& c) {
 }
 
 // The sliding window and which layers use it, as transformers reads them: the architecture's
-// rule, or config.json's layer_types where transformers reads it (Gemma 2, Qwen 2/3; Mistral
-// and Phi-3 window every layer whatever it says).
+// rule, or config.json's layer_types where transformers reads it (Gemma 2 and 3, Qwen 2/3;
+// Mistral and Phi-3 window every layer whatever it says).
 absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& name,
                                 ModelConfig* c) {
   const Architecture arch = c->architecture;
@@ -212,9 +221,14 @@ absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& n
     if (!window.ok()) return window.status();
     c->sliding_window = *window;
   }
-  c->windowed_layers = WindowedByRule(*c);
+  const bool gemma = arch == Architecture::kGemma2 || arch == Architecture::kGemma3;
+  auto pattern = arch == Architecture::kGemma3
+                     ? PositiveInt(json, name, "sliding_window_pattern", kGemma3WindowPattern)
+                     : kGemma3WindowPattern;
+  if (!pattern.ok()) return pattern.status();
+  c->windowed_layers = WindowedByRule(*c, *pattern);
   const auto types = json.find("layer_types");
-  if (types == json.end() || types->is_null() || !(qwen || arch == Architecture::kGemma2)) {
+  if (types == json.end() || types->is_null() || !(qwen || gemma)) {
     return absl::OkStatus();
   }
   if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
@@ -237,10 +251,34 @@ absl::Status ParseSlidingWindow(const nlohmann::json& json, const std::string& n
   return absl::OkStatus();
 }
 
+constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
+
+// Gemma3ForConditionalGeneration's text model: config.json's text_config (its fields left out
+// take Gemma3TextConfig's defaults, as in transformers) with the top-level token ids, dtype and
+// head tying where text_config has none.
+absl::StatusOr<ModelConfig> MultimodalTextModel(const nlohmann::json& json,
+                                                const std::string& name) {
+  nlohmann::json text = nlohmann::json::object();
+  if (auto t = json.find("text_config"); t != json.end() && !t->is_null()) {
+    if (!t->is_object()) return FieldError(name, "text_config", "expected an object");
+    text = *t;
+  }
+  text["architectures"] = {"Gemma3ForCausalLM"};
+  for (const char* field : {"eos_token_id", "bos_token_id", "torch_dtype", "tie_word_embeddings"}) {
+    if (!text.contains(field) && json.contains(field)) text[field] = json[field];
+  }
+  auto config = ModelConfig::FromJson(text, absl::StrCat(name, ": text_config"));
+  if (!config.ok()) return config.status();
+  config->architecture_name = kGemma3Multimodal;
+  config->multimodal = true;
+  return config;
+}
+
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
     {"Qwen2ForCausalLM", Architecture::kQwen2},     {"LlamaForCausalLM", Architecture::kLlama},
     {"MistralForCausalLM", Architecture::kMistral}, {"Gemma2ForCausalLM", Architecture::kGemma2},
     {"Qwen3ForCausalLM", Architecture::kQwen3},     {"Phi3ForCausalLM", Architecture::kPhi3},
+    {"Gemma3ForCausalLM", Architecture::kGemma3},
 };
 
 }  // namespace
@@ -265,6 +303,8 @@ const char* ModelConfig::model_type() const {
       return "qwen3";
     case Architecture::kPhi3:
       return "phi3";
+    case Architecture::kGemma3:
+      return "gemma3_text";
   }
   return "";
 }
@@ -283,6 +323,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
     return FieldError(name, "architectures", "expected a list naming the model class");
   }
   c.architecture_name = (*archs)[0].get<std::string>();
+  if (c.architecture_name == kGemma3Multimodal) return MultimodalTextModel(json, name);
   bool known = false;
   std::vector<std::string> names;
   for (const auto& [arch_name, arch] : kArchitectures) {
@@ -292,22 +333,28 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
       known = true;
     }
   }
+  names.push_back(kGemma3Multimodal);
   if (!known) {
     return Unsupported(name, "architectures",
                        absl::StrCat("unknown architecture '", c.architecture_name,
                                     "' (supported: ", absl::StrJoin(names, ", "), ")"));
   }
   const Architecture arch = c.architecture;
-  for (const auto& [field, target] :
-       {std::pair{"vocab_size", &c.vocab_size}, std::pair{"hidden_size", &c.hidden_size},
-        std::pair{"intermediate_size", &c.intermediate_size},
-        std::pair{"num_hidden_layers", &c.num_layers},
-        std::pair{"num_attention_heads", &c.num_heads}}) {
-    auto value = PositiveInt(json, name, field);
+  const bool gemma3 = arch == Architecture::kGemma3;
+  const bool gemma = arch == Architecture::kGemma2 || gemma3;
+  // Required, except for Gemma 3, whose config class has a default for each (Gemma 3 4B's
+  // shape; checkpoints rely on some of them).
+  for (const auto& [field, target, gemma3_default] :
+       {std::tuple{"vocab_size", &c.vocab_size, 262208},
+        std::tuple{"hidden_size", &c.hidden_size, 2304},
+        std::tuple{"intermediate_size", &c.intermediate_size, 9216},
+        std::tuple{"num_hidden_layers", &c.num_layers, 26},
+        std::tuple{"num_attention_heads", &c.num_heads, 8}}) {
+    auto value = PositiveInt(json, name, field, gemma3 ? gemma3_default : 0);
     if (!value.ok()) return value.status();
     *target = *value;
   }
-  auto kv_heads = PositiveInt(json, name, "num_key_value_heads", c.num_heads);
+  auto kv_heads = PositiveInt(json, name, "num_key_value_heads", gemma3 ? 4 : c.num_heads);
   if (!kv_heads.ok()) return kv_heads.status();
   c.num_kv_heads = *kv_heads;
   if (c.num_heads % c.num_kv_heads != 0) {
@@ -315,12 +362,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
         name, "num_key_value_heads",
         absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
   }
-  // transformers' defaults when head_dim is absent: Gemma 2 256, Qwen 3 128, else
+  // transformers' defaults when head_dim is absent: Gemma 2 and 3 256, Qwen 3 128, else
   // hidden_size / num_attention_heads.
-  int64_t default_head_dim = arch == Architecture::kGemma2  ? 256
+  int64_t default_head_dim = gemma                          ? 256
                              : arch == Architecture::kQwen3 ? 128
                                                             : c.hidden_size / c.num_heads;
-  if (default_head_dim == 0 || (arch != Architecture::kGemma2 && arch != Architecture::kQwen3 &&
+  if (default_head_dim == 0 || (!gemma && arch != Architecture::kQwen3 &&
                                 c.hidden_size % c.num_heads != 0 && !json.contains("head_dim"))) {
     return FieldError(name, "num_attention_heads", "does not divide hidden_size");
   }
@@ -351,14 +398,14 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
     }
   }
 
-  // Gemma 2 names its activation hidden_activation (its hidden_act is ignored by transformers).
-  const char* act_field = arch == Architecture::kGemma2 ? "hidden_activation" : "hidden_act";
+  // Gemma names its activation hidden_activation (its hidden_act is ignored by transformers).
+  const char* act_field = gemma ? "hidden_activation" : "hidden_act";
   if (json.contains(act_field) && !json[act_field].is_string()) {
     return FieldError(name, act_field, "expected the activation's name");
   }
-  const std::string act = json.contains(act_field)
-                              ? json[act_field].get<std::string>()
-                              : (arch == Architecture::kGemma2 ? "gelu_pytorch_tanh" : "silu");
+  const std::string act = json.contains(act_field) ? json[act_field].get<std::string>()
+                          : gemma                  ? "gelu_pytorch_tanh"
+                                                   : "silu";
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
   } else if (act == "gelu_pytorch_tanh") {
@@ -369,9 +416,10 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   }
   // transformers' defaults where the field is absent.
   c.rms_norm_eps = NumberOr(json, "rms_norm_eps", arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
-  c.rope_theta = NumberOr(json, "rope_theta", 10000.0);
+  c.rope_theta = NumberOr(json, "rope_theta", gemma3 ? 1e6 : 10000.0);
   const int64_t default_max_positions = arch == Architecture::kLlama     ? 2048
                                         : arch == Architecture::kGemma2  ? 8192
+                                        : gemma3                         ? 131072
                                         : arch == Architecture::kPhi3    ? 4096
                                         : arch == Architecture::kMistral ? 131072
                                                                          : 32768;
@@ -379,8 +427,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
   if (!max_pos.ok()) return max_pos.status();
   c.max_position_embeddings = *max_pos;
   if (absl::Status s = ParseRopeScaling(json, name, &c); !s.ok()) return s;
-  // transformers' default: tied for Gemma 2, untied for the others.
-  c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", arch == Architecture::kGemma2);
+  // transformers' default: tied for Gemma, untied for the others.
+  c.tie_word_embeddings = BoolOr(json, "tie_word_embeddings", gemma);
   c.torch_dtype = json.value("torch_dtype", "");
   if (auto q = json.find("quantization_config"); q != json.end() && !q->is_null()) {
     const std::string method =
@@ -412,19 +460,33 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
       c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
       c.qk_norm = true;
       break;
-    case Architecture::kGemma2: {
+    case Architecture::kGemma2:
+    case Architecture::kGemma3: {
       c.attention_bias = c.o_proj_bias = BoolOr(json, "attention_bias", false);
       c.query_pre_attn_scalar = NumberOr(json, "query_pre_attn_scalar", 256);
       if (c.query_pre_attn_scalar <= 0) {
         return FieldError(name, "query_pre_attn_scalar", "expected a positive number");
       }
-      auto attn_cap = SoftCap(json, name, "attn_logit_softcapping", 50.0);
+      // Gemma 2 caps by default; Gemma 3 caps its final logits only where its config says, and
+      // never its attention scores (transformers' Gemma 3 keeps attn_logit_softcapping but does
+      // not apply it).
+      auto attn_cap = SoftCap(json, name, "attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
       if (!attn_cap.ok()) return attn_cap.status();
-      auto final_cap = SoftCap(json, name, "final_logit_softcapping", 30.0);
+      auto final_cap = SoftCap(json, name, "final_logit_softcapping", gemma3 ? 0.0 : 30.0);
       if (!final_cap.ok()) return final_cap.status();
-      c.attn_logit_softcapping = *attn_cap;
+      c.attn_logit_softcapping = gemma3 ? 0.0 : *attn_cap;
       c.final_logit_softcapping = *final_cap;
       c.scale_embeddings = c.norm_weight_plus_one = c.sandwich_norms = true;
+      if (!gemma3) break;
+      c.qk_norm = true;
+      c.rope_local_theta = NumberOr(json, "rope_local_base_freq", 10000.0);
+      if (c.rope_local_theta <= 0) {
+        return FieldError(name, "rope_local_base_freq", "expected a positive number");
+      }
+      if (BoolOr(json, "use_bidirectional_attention", false)) {
+        return Unsupported(name, "use_bidirectional_attention",
+                           "bidirectional attention (EmbeddingGemma) is not a causal LM");
+      }
       break;
     }
     case Architecture::kPhi3:
@@ -437,8 +499,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const nlohmann::json& json,
 }
 
 nlohmann::json ModelConfig::ToJson() const {
-  const bool gemma = architecture == Architecture::kGemma2;
-  nlohmann::json j = {{"architectures", {architecture_name}},
+  const bool gemma = architecture == Architecture::kGemma2 || architecture == Architecture::kGemma3;
+  // A multimodal checkpoint's text model is written as the model it is.
+  nlohmann::json j = {{"architectures", {multimodal ? "Gemma3ForCausalLM" : architecture_name}},
                       {"model_type", model_type()},
                       {"vocab_size", vocab_size},
                       {"hidden_size", hidden_size},
@@ -495,6 +558,7 @@ nlohmann::json ModelConfig::ToJson() const {
       j["sliding_window"] = window;
       break;
     case Architecture::kGemma2:
+    case Architecture::kGemma3:
       j["attention_bias"] = attention_bias;
       j["query_pre_attn_scalar"] = query_pre_attn_scalar;
       j["attn_logit_softcapping"] =
@@ -503,6 +567,7 @@ nlohmann::json ModelConfig::ToJson() const {
           final_logit_softcapping > 0 ? nlohmann::json(final_logit_softcapping) : nullptr;
       j["sliding_window"] = window;
       j["cache_implementation"] = "hybrid";
+      if (architecture == Architecture::kGemma3) j["rope_local_base_freq"] = rope_local_theta;
       break;
     case Architecture::kPhi3:
       j["partial_rotary_factor"] = partial_rotary_factor;

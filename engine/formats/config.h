@@ -1,9 +1,10 @@
 // The architecture hyper-parameters of a Hugging Face causal LM (config.json), for the
 // architectures gpeserve implements: Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM,
-// MistralForCausalLM, Gemma2ForCausalLM and Phi3ForCausalLM. Every field that changes the math
-// is read; fields we do not implement are rejected with an error naming the field rather than
-// silently computing something else. The architecture's quirks are resolved here into plain
-// switches (norm style, activation, q/k norms, ...) so that the forward pass reads them, not
+// MistralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (also the text model of
+// Gemma3ForConditionalGeneration) and Phi3ForCausalLM. Every field that
+// changes the math is read; fields we do not implement are rejected with an error naming the field
+// rather than silently computing something else. The architecture's quirks are resolved here into
+// plain switches (norm style, activation, q/k norms, ...) so that the forward pass reads them, not
 // the architecture's name.
 //
 // Thread-safety: plain value type.
@@ -19,7 +20,7 @@
 
 namespace gpeserve::model {
 
-enum class Architecture { kQwen2, kLlama, kMistral, kGemma2, kQwen3, kPhi3 };
+enum class Architecture { kQwen2, kLlama, kMistral, kGemma2, kQwen3, kPhi3, kGemma3 };
 
 // The gated MLP's activation ("hidden_act" / Gemma's "hidden_activation").
 enum class Activation { kSilu, kGeluTanh };
@@ -48,6 +49,10 @@ double LongRopeAttentionFactor(int64_t max_positions, int64_t original);
 struct ModelConfig {
   Architecture architecture = Architecture::kQwen2;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen2ForCausalLM"
+  // Gemma3ForConditionalGeneration: the text model of a multimodal checkpoint, configured by
+  // config.json's text_config, its tensors under the language model's names (the vision tower
+  // is not read). The config.json it writes (ToJson) is the text model's, Gemma3ForCausalLM.
+  bool multimodal = false;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -78,7 +83,7 @@ struct ModelConfig {
   bool use_sliding_window = false;
   int64_t max_window_layers = 0;
 
-  // Gemma 2: attention scale query_pre_attn_scalar^-0.5 (otherwise head_dim^-0.5); tanh
+  // Gemma 2 and 3: attention scale query_pre_attn_scalar^-0.5 (otherwise head_dim^-0.5); tanh
   // soft-capping of attention scores and final logits (0: none); embeddings times
   // sqrt(hidden_size); RMSNorm weights as (1 + w); a norm after attention and after the MLP.
   double query_pre_attn_scalar = 0;
@@ -87,8 +92,12 @@ struct ModelConfig {
   bool scale_embeddings = false;
   bool norm_weight_plus_one = false;
   bool sandwich_norms = false;
-  // Qwen 3: RMSNorm over each head of q and k (q_norm, k_norm) before the rotary embedding.
+  // Qwen 3, Gemma 3: RMSNorm over each head of q and k (q_norm, k_norm) before the rotary
+  // embedding.
   bool qk_norm = false;
+  // Gemma 3: the windowed layers rotate with base rope_local_base_freq and no rope_scaling; the
+  // others with rope_theta and rope_scaling (0: every layer alike).
+  double rope_local_theta = 0;
   // Phi-3: q/k/v stored as one qkv_proj, gate and up as one gate_up_proj.
   bool fused_projections = false;
 
@@ -105,7 +114,12 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(windowed_layers.size()) &&
            windowed_layers[layer];
   }
-  // The model_type transformers reads ("qwen2", "gemma2", ...).
+  // Whether `layer` rotates with the local base (rope_local_theta): Gemma 3's windowed layers.
+  bool local_rotary(int64_t layer) const {
+    return rope_local_theta > 0 && layer < static_cast<int64_t>(windowed_layers.size()) &&
+           windowed_layers[layer];
+  }
+  // The model_type transformers reads ("qwen2", "gemma2", "gemma3_text", ...).
   const char* model_type() const;
 
   // Parses config.json contents; `name` is used in error messages (usually the file path).

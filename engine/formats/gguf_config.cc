@@ -9,8 +9,8 @@ namespace {
 
 // general.architecture -> the transformers class that computes the same model.
 constexpr std::pair<const char*, const char*> kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"},   {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
-    {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
+    {"llama", "LlamaForCausalLM"},   {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"},
+    {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
 };
 
 // Copies metadata `key` (an integer) to json[field]; absent is an error when `required`.
@@ -84,12 +84,14 @@ absl::StatusOr<nlohmann::json> GgufConfigJson(const GgufFile& file) {
     json["mlp_bias"] = file.Find("blk.0.ffn_gate.bias") != nullptr;
   }
   if (*arch == "qwen3") json["attention_bias"] = file.Find("blk.0.attn_q.bias") != nullptr;
-  if (*arch == "gemma2") {
+  if (*arch == "gemma2" || *arch == "gemma3") {
     // llama.cpp scales queries by head_dim^-0.5 (query_pre_attn_scalar = head_dim: Gemma 2 2B
-    // and 9B; the 27B's differs and is not told apart in the file).
+    // and 9B, Gemma 3 up to 12B; the 27Bs' differ and are not told apart in the file).
     if (json.contains("head_dim")) json["query_pre_attn_scalar"] = json["head_dim"];
     json["hidden_activation"] = "gelu_pytorch_tanh";
   }
+  // Gemma 3: llama.cpp fixes what the file leaves out as Gemma3TextConfig's defaults do, which
+  // ModelConfig takes: local layers rotate with base 10000 unscaled, every 6th layer is global.
   if (*arch == "phi3") {
     if (file.Find("rope_factors_long.weight") != nullptr) {
       return absl::UnimplementedError(

@@ -3,7 +3,7 @@
 // mapped to transformers' fields, then read by ModelConfig::FromJson with all its checks. What
 // llama.cpp keeps as tensors rather than metadata (whether the head is tied, the biases) is read
 // from the tensor names. Architectures: llama (also Mistral's and SmolLM's files), qwen2,
-// qwen3, gemma2, phi3.
+// qwen3, gemma2, gemma3, phi3.
 //
 // Thread-safety: pure functions.
 #pragma once

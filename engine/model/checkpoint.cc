@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -109,7 +110,38 @@ absl::StatusOr<std::shared_ptr<const Checkpoint>> Checkpoint::Open(const std::st
   if (!files.ok()) return files.status();
   checkpoint->config_ = *std::move(config);
   checkpoint->files_ = *std::move(files);
+  if (checkpoint->config_.multimodal) {
+    if (absl::Status s = checkpoint->FindLanguageModel(); !s.ok()) return s;
+  }
   return std::shared_ptr<const Checkpoint>(std::move(checkpoint));
+}
+
+absl::Status Checkpoint::FindLanguageModel() {
+  // The original checkpoints' names, and those transformers 4.52 and later save.
+  constexpr std::pair<const char*, const char*> kLayouts[] = {
+      {"language_model.model.", "language_model.lm_head."},
+      {"model.language_model.", "lm_head."},
+  };
+  for (const auto& [model, head] : kLayouts) {
+    const std::string embed = absl::StrCat(model, "embed_tokens.weight");
+    for (const auto& file : files_) {
+      if (file->Find(embed) == nullptr) continue;
+      model_prefix_ = model;
+      head_prefix_ = head;
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(path_, ": ", config_.architecture_name,
+                                          " without its language model's embedding (looked for "
+                                          "'language_model.model.embed_tokens.weight' and "
+                                          "'model.language_model.embed_tokens.weight')"));
+}
+
+std::string Checkpoint::StoredName(const std::string& name) const {
+  constexpr std::string_view kModel = "model.", kHead = "lm_head.";
+  if (name.starts_with(kModel)) return model_prefix_ + name.substr(kModel.size());
+  if (name.starts_with(kHead)) return head_prefix_ + name.substr(kHead.size());
+  return name;
 }
 
 absl::StatusOr<DType> Checkpoint::EmbeddingDType() const {
@@ -123,21 +155,23 @@ absl::StatusOr<DType> Checkpoint::EmbeddingDType() const {
     }
     return GgufServedDType(info->type);
   }
+  const std::string stored = StoredName(embed.name);
   for (const auto& file : files_) {
-    if (const TensorInfo* info = file->Find(embed.name)) return info->dtype;
+    if (const TensorInfo* info = file->Find(stored)) return info->dtype;
   }
-  return absl::NotFoundError(absl::StrCat(path_, ": tensor '", embed.name, "' is missing"));
+  return absl::NotFoundError(absl::StrCat(path_, ": tensor '", stored, "' is missing"));
 }
 
 absl::StatusOr<torch::Tensor> Checkpoint::Load(const WeightSpec& spec, torch::ScalarType dtype,
                                                torch::Device device) const {
   if (gguf_ != nullptr) return LoadGguf(spec, dtype, device);
-  return LoadSafetensors(spec.name, spec.shape, dtype, device);
+  return LoadSafetensors(StoredName(spec.name), spec.shape, dtype, device);
 }
 
 absl::StatusOr<torch::Tensor> Checkpoint::LoadScale(const WeightSpec& spec,
                                                     torch::Device device) const {
-  return LoadSafetensors(spec.name + "_scale", {spec.shape[0]}, torch::kFloat32, device);
+  return LoadSafetensors(StoredName(spec.name) + "_scale", {spec.shape[0]}, torch::kFloat32,
+                         device);
 }
 
 absl::StatusOr<torch::Tensor> Checkpoint::LoadSafetensors(const std::string& name,

@@ -3,7 +3,9 @@
 // format: the configuration in its metadata, the tensors under llama.cpp's names, F32, F16,
 // BF16 or quantized in ggml's blocks). Either way the tensors are found through WeightLayout's
 // specs and come back in Hugging Face's layout: shapes rows-first, GGUF's Llama q/k rows put
-// back in Hugging Face's rotary order, Gemma's norms without the 1 llama.cpp adds.
+// back in Hugging Face's rotary order, Gemma's norms without the 1 llama.cpp adds. A multimodal
+// Gemma 3 folder (Gemma3ForConditionalGeneration) serves its text model: the layout's names found
+// under the language model's prefix, as either transformers vintage saves it.
 //
 // Thread-safety: immutable after Open; the mapped files live as long as the Checkpoint (the
 // tensors Load returns may be views of them).
@@ -64,12 +66,18 @@ class Checkpoint {
   absl::StatusOr<const GgufTensorInfo*> FindGguf(const WeightSpec& spec) const;
   // Llama's q/k rows back in Hugging Face's order (a no-op for every other tensor).
   torch::Tensor UndoInterleave(const WeightSpec& spec, torch::Tensor t) const;
+  // Where a folder holds the layout's tensor `name` ("model.*", "lm_head.*").
+  std::string StoredName(const std::string& name) const;
+  // A multimodal folder: which of the two layouts its files use.
+  absl::Status FindLanguageModel();
 
   std::string path_;
   ModelConfig config_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;  // a folder's
   std::shared_ptr<const GgufFile> gguf_;                       // or a GGUF file
   bool has_quantized_matrices_ = false;
+  // The stored names of the layout's "model." and "lm_head." (a multimodal folder's differ).
+  std::string model_prefix_ = "model.", head_prefix_ = "lm_head.";
 };
 
 }  // namespace gpeserve::model

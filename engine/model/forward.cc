@@ -82,12 +82,11 @@ void AddLora(std::span<const AdapterSpan> adapters, size_t layer, const torch::T
 }  // namespace
 
 torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const torch::Tensor& ids,
-                                const torch::Tensor& cos, const torch::Tensor& sin,
-                                AttentionContext& attention,
+                                const RotaryTables& rotary, AttentionContext& attention,
                                 std::span<const AdapterSpan> adapters) {
   const int64_t t = ids.size(0);
   // The rotary tables come in the activation dtype.
-  const torch::ScalarType dtype = cos.scalar_type();
+  const torch::ScalarType dtype = rotary.cos.scalar_type();
   torch::Tensor x = Embed(w.embed, ids, dtype);
   for (const AdapterSpan& span : adapters) {
     const Adapter& a = *span.adapter;
@@ -125,9 +124,12 @@ torch::Tensor TransformerHidden(const ModelConfig& c, const Weights& w, const to
       q = RmsNorm(c, q, l.q_norm);
       k = RmsNorm(c, k, l.k_norm);
     }
+    const int64_t layer = static_cast<int64_t>(i);
+    const bool local = c.local_rotary(layer);
+    const torch::Tensor& cos = local ? rotary.local_cos : rotary.cos;
+    const torch::Tensor& sin = local ? rotary.local_sin : rotary.sin;
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
-    const int64_t layer = static_cast<int64_t>(i);
     const torch::Tensor attn = attention
                                    .Attend({.layer = layer,
                                             .scale = c.attention_scale(),

@@ -237,10 +237,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   if (!serving.ok()) return serving.status();
   // On CUDA activations run in the serving dtype; Gemma 2's overflow fp16 (transformers warns
   // likewise). The CPU computes in fp32 whatever the weights.
-  if (device->is_cuda() && *serving == ServingDtype::kF16 &&
-      c.architecture == Architecture::kGemma2) {
+  if (device->is_cuda() && *serving == ServingDtype::kF16 && c.scale_embeddings) {
     return absl::FailedPreconditionError(
-        "Gemma 2's activations overflow fp16: serve it on CUDA with --dtype bf16 (or fp32)");
+        "Gemma's activations overflow fp16: serve it on CUDA with --dtype bf16 (or fp32)");
   }
   model->weight_dtype_ = *serving;
   model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
@@ -311,6 +310,12 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
     }
     if (c.tie_word_embeddings) w.lm_head = w.embed;
     model->rotary_ = RotaryEmbedding(c, model->device_);
+    if (c.rope_local_theta > 0) {
+      ModelConfig local = c;
+      local.rope_theta = c.rope_local_theta;
+      local.rope_scaling = RopeScaling();
+      model->local_rotary_ = RotaryEmbedding(local, model->device_);
+    }
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat(dir, ": libtorch error while loading: ", e.what_without_backtrace()));
@@ -318,8 +323,17 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   return std::shared_ptr<const Model>(std::move(model));
 }
 
-std::pair<torch::Tensor, torch::Tensor> Model::Rotary(const torch::Tensor& positions) const {
-  return rotary_.Tables(positions);
+RotaryTables Model::Rotary(const torch::Tensor& positions, torch::ScalarType dtype) const {
+  RotaryTables tables;
+  auto [cos, sin] = rotary_.Tables(positions);
+  tables.cos = cos.to(dtype).unsqueeze(1);  // [T, 1, R]
+  tables.sin = sin.to(dtype).unsqueeze(1);
+  if (config_.rope_local_theta > 0) {
+    auto [local_cos, local_sin] = local_rotary_.Tables(positions);
+    tables.local_cos = local_cos.to(dtype).unsqueeze(1);
+    tables.local_sin = local_sin.to(dtype).unsqueeze(1);
+  }
+  return tables;
 }
 
 absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
@@ -369,10 +383,8 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& tokens,
         if (hi > lo) row_spans.push_back({span.adapter, lo, hi - lo});
       }
     }
-    auto [cos, sin] = Rotary(pos);
-    cos = cos.to(dtype_).unsqueeze(1);  // [T, 1, D]
-    sin = sin.to(dtype_).unsqueeze(1);
-    const torch::Tensor x = TransformerHidden(c, weights_, ids, cos, sin, attention, adapters);
+    const torch::Tensor x =
+        TransformerHidden(c, weights_, ids, Rotary(pos, dtype_), attention, adapters);
     return LmLogits(c, weights_, x.index_select(0, rows), row_spans)
         .to(torch::kCPU, torch::kFloat32);
   } catch (const c10::Error& e) {

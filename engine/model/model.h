@@ -30,13 +30,13 @@
 namespace gpeserve::model {
 
 // The transformer body: embeddings, every layer (attention through `attention`), returning
-// the hidden states [T, hidden] before the final norm. cos, sin: [T, 1, rotary_dim] rotary
-// tables for the tokens' positions. `adapters`: runs of tokens computed with a LoRA adapter
+// the hidden states [T, hidden] before the final norm. `rotary`: the tables of the tokens'
+// positions (Model::Rotary). `adapters`: runs of tokens computed with a LoRA adapter
 // (disjoint; the other tokens use the base weights alone). Differentiable (training) unless run
 // in inference mode.
 torch::Tensor TransformerHidden(const ModelConfig& config, const Weights& weights,
-                                const torch::Tensor& ids, const torch::Tensor& cos,
-                                const torch::Tensor& sin, AttentionContext& attention,
+                                const torch::Tensor& ids, const RotaryTables& rotary,
+                                AttentionContext& attention,
                                 std::span<const AdapterSpan> adapters = {});
 // Final norm, LM head and final soft-capping: logits [R, vocab] of hidden rows [R, hidden]
 // (activation dtype); `adapters` as above, over the R rows.
@@ -78,6 +78,7 @@ class Model {
   torch::ScalarType dtype() const { return dtype_; }
   // How the weights are held ("fp32", "bf16", ..., "gguf"): the serving dtype, resolved.
   const char* weight_dtype_name() const;
+  ServingDtype weight_dtype() const { return weight_dtype_; }
   torch::Device device() const { return device_; }
   // One line naming the code each matrix product runs: the instruction set and kernel for
   // decode-sized steps and for prefill (logged by every binary that loads a model).
@@ -86,11 +87,11 @@ class Model {
   int64_t weight_bytes() const;
   // The weights (read-only views of the mapped files where the stored dtype is served).
   const Weights& weights() const { return weights_; }
-  // (cos, sin), each [T, rotary_dim] float32 on the model's device, for the given positions.
-  // longrope: a position below original_max_position_embeddings takes the short factors, the
-  // others the long ones, token by token (what transformers computes when it decodes one token
-  // at a time; see docs/model.md).
-  std::pair<torch::Tensor, torch::Tensor> Rotary(const torch::Tensor& positions) const;
+  // The rotary tables of the given positions in `dtype` on the model's device (computed in
+  // float32). longrope: a position below original_max_position_embeddings takes the short
+  // factors, the others the long ones, token by token (what transformers computes when it
+  // decodes one token at a time; see docs/model.md).
+  RotaryTables Rotary(const torch::Tensor& positions, torch::ScalarType dtype) const;
 
  private:
   Model() : device_(torch::kCPU) {}
@@ -105,6 +106,7 @@ class Model {
   std::shared_ptr<const Checkpoint> checkpoint_;  // keeps the mapped files alive
   Weights weights_;
   RotaryEmbedding rotary_;
+  RotaryEmbedding local_rotary_;  // Gemma 3's windowed layers (config_.rope_local_theta)
 };
 
 }  // namespace gpeserve::model

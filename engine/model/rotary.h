@@ -40,6 +40,14 @@ class RotaryEmbedding {
   torch::Tensor long_inv_freq_, long_cos_table_, long_sin_table_;
 };
 
+// The rotary tables of one forward pass, each [T, 1, rotary_dim] in the activation dtype: the
+// layers' (cos, sin), and Gemma 3's windowed layers' own (local_cos, local_sin; undefined for the
+// other families).
+struct RotaryTables {
+  torch::Tensor cos, sin;
+  torch::Tensor local_cos, local_sin;
+};
+
 // x [T, H, D] with the rotary embedding of tables cos, sin [T, 1, R] on its first R channels.
 torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos,
                           const torch::Tensor& sin);

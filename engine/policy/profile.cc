@@ -81,11 +81,10 @@ absl::StatusOr<std::string> ResolveProfileName(const std::string& name,
                                                const std::string& chat_template) {
   if (name != kAutoProfile) return name;
   if (!chat_template.empty()) return ProfileForChatTemplate(chat_template);
-  static constexpr std::pair<const char*, const char*> kByModelType[] = {{"qwen2", "qwen2.5"},
-                                                                         {"qwen3", "qwen3"},
-                                                                         {"llama", "llama3"},
-                                                                         {"gemma2", "gemma2"},
-                                                                         {"phi3", "phi3"}};
+  // Gemma 3's turns are Gemma 2's (no system turn: the instruction opens the user turn).
+  static constexpr std::pair<const char*, const char*> kByModelType[] = {
+      {"qwen2", "qwen2.5"}, {"qwen3", "qwen3"},        {"llama", "llama3"},
+      {"gemma2", "gemma2"}, {"gemma3_text", "gemma2"}, {"phi3", "phi3"}};
   for (const auto& [type, profile] : kByModelType) {
     if (model_type == type) return std::string(profile);
   }

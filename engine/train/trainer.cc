@@ -316,10 +316,9 @@ absl::StatusOr<double> Trainer::Loss(const std::vector<Sequence>& batch, bool ba
     const torch::Device device = init_->device();
     const torch::Tensor ids = torch::tensor(tokens, torch::kInt64).to(device);
     const torch::Tensor pos = torch::tensor(positions, torch::kInt64).to(device);
-    auto [cos, sin] = init_->Rotary(pos);
     model::PaddedAttention attention(row_index.to(device), allowed.to(device));
     const torch::Tensor hidden = model::TransformerHidden(
-        c, weights_, ids, cos.unsqueeze(1), sin.unsqueeze(1), attention, Spans(ids.size(0)));
+        c, weights_, ids, init_->Rotary(pos, torch::kFloat32), attention, Spans(ids.size(0)));
     const torch::Tensor target = torch::tensor(targets, torch::kInt64).to(device);
     const torch::Tensor rows = target.ge(0).nonzero().squeeze(1);
     if (rows.numel() == 0) return absl::InvalidArgumentError("no target tokens in the batch");
@@ -364,12 +363,11 @@ torch::Tensor Trainer::Logits(const std::vector<int64_t>& tokens,
   torch::NoGradGuard no_grad;
   const torch::Device device = init_->device();
   const torch::Tensor pos = torch::tensor(positions, torch::kInt64).to(device);
-  auto [cos, sin] = init_->Rotary(pos);
   model::DenseAttention attention(
       {}, {}, model::DenseAttention::CausalMask(static_cast<int64_t>(tokens.size())).to(device));
   const torch::Tensor hidden = model::TransformerHidden(
-      init_->config(), weights_, torch::tensor(tokens).to(device), cos.unsqueeze(1),
-      sin.unsqueeze(1), attention, Spans(static_cast<int64_t>(tokens.size())));
+      init_->config(), weights_, torch::tensor(tokens).to(device),
+      init_->Rotary(pos, torch::kFloat32), attention, Spans(static_cast<int64_t>(tokens.size())));
   return model::LmLogits(init_->config(), weights_, hidden,
                          Spans(static_cast<int64_t>(tokens.size())))
       .to(torch::kCPU, torch::kFloat32);

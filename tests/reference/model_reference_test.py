@@ -104,9 +104,9 @@ CASES = [
     ("phi3-int8-folder", ["--arch", "phi3"], "int8-folder", TOKENS, None, [4, 5]),
 ]
 
-# Qwen 3 needs transformers >= 4.51, which needs torch 2: its cases run in a second venv
-# (--family qwen3), with Qwen 2's windowed layers (which 4.49 gets wrong).
-QWEN3_CASES = [
+# Qwen 3 and Gemma 3 need transformers >= 4.51, which needs torch 2: their cases run in a second
+# venv (--family torch2), with Qwen 2's windowed layers (which 4.49 gets wrong).
+TORCH2_CASES = [
     ("qwen3", ["--arch", "qwen3"], "fp32", TOKENS, None, None),
     ("qwen3-tied-two-groups", ["--arch", "qwen3", "--tie_word_embeddings", "true"], "fp32",
      TOKENS, [0, 1, 2, 3, 4, 0, 1, 2, 3], None),
@@ -121,6 +121,29 @@ QWEN3_CASES = [
      "fp32", LONG, None, None),
     ("qwen2-window", ["--arch", "qwen2", "--sliding_window", "3", "--max_window_layers", "1"],
      "fp32", LONG, None, None),
+    # Gemma 3: Gemma 2's norms and scales with q/k norms, no soft-capping unless configured,
+    # windowed ("local") layers rotating with base 1e4 and no rope scaling, global ones with 1e6
+    # and the scaling. --sliding_window_pattern 2: layers 0 and 2 local, 1 global.
+    ("gemma3-local-global", ["--arch", "gemma3", "--num_layers", "3", "--sliding_window_pattern",
+                             "2", "--sliding_window", "4"], "fp32", LONG, None, None),
+    ("gemma3-two-groups", ["--arch", "gemma3", "--sliding_window_pattern", "2",
+                           "--sliding_window", "3"], "fp32", TOKENS, [0, 1, 2, 3, 4, 0, 1, 2, 3],
+     None),
+    ("gemma3-linear-rope-global", ["--arch", "gemma3", "--sliding_window_pattern", "2",
+                                   "--rope_scaling", "linear"], "fp32", TOKENS,
+     [0, 1, 2, 40, 41, 300, 301, 2000, 3000], None),
+    # The default pattern (every 6th layer global; config.json without layer_types).
+    ("gemma3-default-pattern", ["--arch", "gemma3", "--num_layers", "7", "--sliding_window", "5"],
+     "fp32", LONG, None, None),
+    ("gemma3-softcap-untied-batch-mixed", ["--arch", "gemma3", "--tie_word_embeddings", "false",
+                                           "--final_logit_softcapping", "2"], "fp32", TOKENS,
+     None, [6, 3]),
+    ("gemma3-bf16-prefill", ["--arch", "gemma3", "--dtype", "bf16", "--sliding_window_pattern",
+                             "2", "--sliding_window", "8"], "bf16", LONG, None, None),
+    ("gemma3-bf16-one-token", ["--arch", "gemma3", "--dtype", "bf16", "--sliding_window_pattern",
+                               "2"], "bf16", [42], [9], None),
+    ("gemma3-int8", ["--arch", "gemma3", "--sliding_window_pattern", "2", "--sliding_window", "4"],
+     "int8", LONG, None, None),
 ]
 
 
@@ -160,11 +183,12 @@ def main():
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the model folders")
-    parser.add_argument("--family", choices=["torch1", "qwen3"], default="torch1",
-                        help="which cases: those transformers 4.49 on torch 1.13 runs, or Qwen 3's")
+    parser.add_argument("--family", choices=["torch1", "torch2"], default="torch1",
+                        help="which cases: those transformers 4.49 on torch 1.13 runs, or those "
+                             "that need 4.57 on torch 2 (Qwen 3, Gemma 3)")
     parser.add_argument("--only", help="run the cases whose name contains this")
     args = parser.parse_args()
-    cases = QWEN3_CASES if args.family == "qwen3" else CASES
+    cases = TORCH2_CASES if args.family == "torch2" else CASES
     cases = [c for c in cases if not args.only or args.only in c[0]]
     torch.manual_seed(0)
     os.makedirs(args.work, exist_ok=True)

@@ -88,6 +88,14 @@ TEST(ModelConfigTest, RejectsWhatIsNotImplemented) {
        {{"attn_logit_softcapping", -1}},
        absl::StatusCode::kInvalidArgument,
        "attn_logit_softcapping: expected a positive number or null"},
+      {"Gemma3ForCausalLM",
+       {{"use_bidirectional_attention", true}},
+       absl::StatusCode::kUnimplemented,
+       "use_bidirectional_attention: bidirectional attention"},
+      {"Gemma3ForCausalLM",
+       {{"sliding_window_pattern", 0}},
+       absl::StatusCode::kInvalidArgument,
+       "sliding_window_pattern: expected a positive integer"},
       {"Gemma2ForCausalLM",
        {{"layer_types", {"full_attention"}}},
        absl::StatusCode::kInvalidArgument,
@@ -185,6 +193,19 @@ TEST(ModelConfigTest, SlidingWindowLayersFollowEachArchitecture) {
        8,
        {true, false, true, false}},
       {"LlamaForCausalLM", {{"sliding_window", 8}}, 0, {false, false, false, false}},
+      // Gemma 3: every sliding_window_pattern-th layer global (6 when absent), or layer_types.
+      {"Gemma3ForCausalLM", {{"sliding_window", 8}}, 8, {true, true, true, true}},
+      {"Gemma3ForCausalLM",
+       {{"sliding_window", 8}, {"sliding_window_pattern", 2}},
+       8,
+       {true, false, true, false}},
+      {"Gemma3ForCausalLM",
+       {{"sliding_window", 8},
+        {"sliding_window_pattern", 2},
+        {"layer_types",
+         {"full_attention", "sliding_attention", "sliding_attention", "full_attention"}}},
+       8,
+       {false, true, true, false}},
   };
   for (const Case& c : cases) {
     nlohmann::json j = Base(c.arch);
@@ -241,12 +262,92 @@ TEST(ModelConfigTest, FamiliesReadTheirOwnFields) {
   EXPECT_EQ(p->rope_scaling.original_max_position, 4096);
   EXPECT_NEAR(p->rope_scaling.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)),
               1e-12);
+  // Gemma 3: Gemma 2's switches with q/k norms, its own defaults (rope 1e6 global, 1e4 local,
+  // no soft-capping), and attention scores never capped (transformers ignores the field).
+  nlohmann::json gemma3 = Base("Gemma3ForCausalLM");
+  gemma3.erase("rope_theta");
+  gemma3["num_hidden_layers"] = 7;
+  gemma3["attn_logit_softcapping"] = 50.0;
+  gemma3["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  auto g3 = ModelConfig::FromJson(gemma3, "config.json");
+  ASSERT_TRUE(g3.ok()) << g3.status();
+  EXPECT_STREQ(g3->model_type(), "gemma3_text");
+  EXPECT_EQ(g3->head_dim, 256);
+  EXPECT_TRUE(g3->qk_norm && g3->scale_embeddings && g3->norm_weight_plus_one &&
+              g3->sandwich_norms && g3->tie_word_embeddings);
+  EXPECT_EQ(g3->rope_theta, 1e6);
+  EXPECT_EQ(g3->rope_local_theta, 1e4);
+  EXPECT_EQ(g3->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(g3->attn_logit_softcapping, 0.0);
+  EXPECT_EQ(g3->final_logit_softcapping, 0.0);
+  EXPECT_EQ(g3->sliding_window, 4096);
+  for (int64_t layer = 0; layer < 7; ++layer) {
+    EXPECT_EQ(g3->local_rotary(layer), layer != 5) << layer;
+  }
+  EXPECT_FALSE(g->local_rotary(0));  // Gemma 2: one rotary for every layer
+  // Fields a checkpoint leaves out take Gemma3TextConfig's defaults.
+  auto sparse = ModelConfig::FromJson(
+      {{"architectures", {"Gemma3ForCausalLM"}}, {"hidden_size", 640}}, "config.json");
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  EXPECT_EQ(sparse->vocab_size, 262208);
+  EXPECT_EQ(sparse->num_layers, 26);
+  EXPECT_EQ(sparse->num_kv_heads, 4);
+  EXPECT_EQ(sparse->max_position_embeddings, 131072);
   // Each family's config.json reads back as written.
-  for (const ModelConfig& c : {*g, *q, *p}) {
+  for (const ModelConfig& c : {*g, *q, *p, *g3}) {
     auto again = ModelConfig::FromJson(c.ToJson(), "again");
     ASSERT_TRUE(again.ok()) << c.architecture_name << ": " << again.status();
     EXPECT_EQ(again->ToJson(), c.ToJson()) << c.architecture_name;
   }
+}
+
+// Gemma3ForConditionalGeneration: the text model's config is text_config, the rest taken from
+// Gemma3TextConfig's defaults (Gemma 3 4B's config.json, its vision part cut short).
+TEST(ModelConfigTest, MultimodalGemma3ReadsItsTextConfig) {
+  const nlohmann::json j = {
+      {"architectures", {"Gemma3ForConditionalGeneration"}},
+      {"model_type", "gemma3"},
+      {"eos_token_id", {1, 106}},
+      {"torch_dtype", "bfloat16"},
+      {"text_config",
+       {{"hidden_size", 2560},
+        {"intermediate_size", 10240},
+        {"model_type", "gemma3_text"},
+        {"num_hidden_layers", 34},
+        {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+        {"sliding_window", 1024}}},
+      {"vision_config", {{"hidden_size", 1152}, {"model_type", "siglip_vision_model"}}}};
+  auto c = ModelConfig::FromJson(j, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->multimodal);
+  EXPECT_EQ(c->architecture, Architecture::kGemma3);
+  EXPECT_EQ(c->architecture_name, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(c->hidden_size, 2560);
+  EXPECT_EQ(c->num_layers, 34);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->vocab_size, 262208);
+  EXPECT_EQ(c->sliding_window, 1024);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->ToJson()["architectures"][0], "Gemma3ForCausalLM");
+  auto again = ModelConfig::FromJson(c->ToJson(), "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->multimodal);
+  EXPECT_EQ(again->windowed_layers, c->windowed_layers);
+
+  nlohmann::json bad = j;
+  bad["text_config"]["num_attention_heads"] = -1;
+  auto parsed = ModelConfig::FromJson(bad, "dir/config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("dir/config.json: text_config: num_attention_heads"),
+            std::string::npos)
+      << parsed.status();
+  bad["text_config"] = 3;
+  EXPECT_EQ(ModelConfig::FromJson(bad, "c").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ void WriteGguf(const Model& m, const std::string& path, const MatrixTypes& types
   const ModelConfig& c = m.config();
   std::string arch = c.model_type();
   if (arch == "mistral") arch = "llama";
+  if (arch == "gemma3_text") arch = "gemma3";
   GgufBytes meta;
   meta.String("general.architecture", arch);
   const std::string a = arch + ".";
@@ -177,6 +178,8 @@ TEST_F(CheckpointTest, GgufFileServesTheSameModelAsItsFolder) {
       {.arch = "qwen2"},
       {.arch = "qwen3"},
       {.arch = "gemma2", .sliding_window = 8, .final_logit_softcapping = 3.0},
+      // llama.cpp's fixed pattern: layers 0-4 and 6 local, 5 global.
+      {.arch = "gemma3", .num_layers = 7, .sliding_window = 5},
       {.arch = "phi3", .partial_rotary_factor = 0.5},
   };
   uint64_t seed = 11;
@@ -294,6 +297,79 @@ TEST_F(CheckpointTest, GgufErrorsNameTheFileAndWhatIsWrong) {
   EXPECT_NE(opened.status().message().find("not a GGUF file"), std::string::npos);
   auto loaded = Model::Load(path);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A Gemma3ForConditionalGeneration folder serves its text model: written in either layout
+// transformers saves (the original checkpoints' language_model.model.*, or 4.52's
+// model.language_model.* with lm_head.*), with a vision tensor beside it and the text model's
+// config nested in text_config, it computes exactly what the same weights as Gemma3ForCausalLM
+// compute.
+TEST_F(CheckpointTest, MultimodalGemma3ServesItsTextModel) {
+  const std::string folder = testing::WriteTinyChatModel(21, dir_.string(),
+                                                         {.arch = "gemma3",
+                                                          .tie_word_embeddings = false,
+                                                          .rope_scaling = "linear",
+                                                          .sliding_window = 5,
+                                                          .sliding_window_pattern = 2,
+                                                          .final_logit_softcapping = 3.0});
+  auto text_model = Model::Load(folder, {.dtype = "fp32", .threads = 2});
+  ASSERT_TRUE(text_model.ok()) << text_model.status();
+  const std::vector<int64_t> ids = {256, 72, 101, 108, 108, 111, 257, 33, 44, 55, 66};
+  const torch::Tensor expected = Logits(**text_model, ids);
+
+  nlohmann::json text = (*text_model)->config().ToJson();
+  const nlohmann::json eos = text["eos_token_id"];
+  text.erase("architectures");
+  text.erase("eos_token_id");  // the top level's, as the real checkpoints keep it
+  const nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"model_type", "gemma3"},
+                                 {"eos_token_id", eos},
+                                 {"text_config", text},
+                                 {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  auto file = SafetensorsFile::Open(folder + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const float vision[4] = {1, 2, 3, 4};
+  for (const auto& [model_prefix, head_prefix] :
+       {std::pair{"language_model.model.", "language_model.lm_head."},
+        std::pair{"model.language_model.", "lm_head."}}) {
+    SCOPED_TRACE(model_prefix);
+    const fs::path multimodal = dir_ / (std::string("multimodal_") + model_prefix);
+    fs::create_directories(multimodal);
+    std::ofstream(multimodal / "config.json") << config.dump();
+    fs::copy_file(fs::path(folder) / "tokenizer.json", multimodal / "tokenizer.json");
+    std::vector<TensorToWrite> tensors = {
+        {"vision_tower.vision_model.post_layernorm.weight", DType::kF32, {4}, vision}};
+    for (const TensorInfo& info : (*file)->tensors()) {
+      std::string name = info.name;
+      if (name.starts_with("model.")) name = model_prefix + name.substr(6);
+      if (name.starts_with("lm_head.")) name = head_prefix + name.substr(8);
+      tensors.push_back({name, info.dtype, info.shape, (*file)->Data(info)});
+    }
+    ASSERT_TRUE(WriteSafetensors((multimodal / "model.safetensors").string(), tensors, {}).ok());
+    auto served = Model::Load(multimodal.string(), {.dtype = "fp32", .threads = 2});
+    ASSERT_TRUE(served.ok()) << served.status();
+    const ModelConfig& c = (*served)->config();
+    EXPECT_TRUE(c.multimodal);
+    EXPECT_EQ(c.architecture_name, "Gemma3ForConditionalGeneration");
+    EXPECT_EQ(c.eos_token_ids, (*text_model)->config().eos_token_ids);
+    EXPECT_EQ(c.ToJson(), (*text_model)->config().ToJson());
+    EXPECT_TRUE(torch::equal(Logits(**served, ids), expected));
+  }
+
+  // Without the language model: an error naming the file and both layouts looked for.
+  const fs::path vision_only = dir_ / "vision_only";
+  fs::create_directories(vision_only);
+  std::ofstream(vision_only / "config.json") << config.dump();
+  ASSERT_TRUE(WriteSafetensors((vision_only / "model.safetensors").string(),
+                               {{"vision_tower.w", DType::kF32, {4}, vision}}, {})
+                  .ok());
+  auto missing = Checkpoint::Open(vision_only.string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(vision_only.string()), std::string::npos);
+  EXPECT_NE(missing.status().message().find("model.language_model.embed_tokens.weight"),
+            std::string::npos)
+      << missing.status();
 }
 
 // ---- ggml's blocks: quantized here from their spec, decoded by DequantizeGgml ----------

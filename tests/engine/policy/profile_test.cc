@@ -88,6 +88,7 @@ TEST(ProfileTest, AutoFollowsTheChatTemplate) {
   EXPECT_NE(inst.status().message().find("--profile FILE"), std::string::npos) << inst.status();
   // Without a template (a base model): by model_type; a named profile is kept.
   EXPECT_EQ(*ResolveProfileName(kAutoProfile, "gemma2", ""), "gemma2");
+  EXPECT_EQ(*ResolveProfileName(kAutoProfile, "gemma3_text", ""), "gemma2");
   EXPECT_EQ(*ResolveProfileName(kAutoProfile, "mistral", ""), "qwen2.5");
   EXPECT_EQ(*ResolveProfileName("phi3", "qwen2", "<|im_start|>"), "phi3");
 }
