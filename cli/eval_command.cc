@@ -56,7 +56,7 @@ absl::Status RunSequential(const model::Model& model, const session::SessionOpti
                                     .num_blocks = static_cast<int>(*blocks)};
   kv::BlockAllocator allocator(kv_config);
   auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
-                                 model.dtype(), model.device());
+                                 engine::KvCacheScalarType(model, config), model.device());
   if (!pool.ok()) return pool.status();
   for (size_t i = 0; i < sources.size(); ++i) {
     auto session = session::CreateOfflineSession(model, options, sources[i]);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "c10/core/ScalarType.h"
 #include "engine/sampler/sampler.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/session/segmented_session.h"
@@ -44,8 +45,14 @@ struct StepReport {
   std::chrono::steady_clock::time_point start, end;
 };
 
+// The element type of the KV cache (attention computes in the activation dtype whatever it is).
+// kAuto: on the CPU the weights' 16-bit type (bf16 or fp16 models; fp32 for the others), on
+// CUDA the activation dtype.
+enum class KvCacheDtype { kAuto, kF32, kBF16, kF16 };
+
 struct EngineConfig {
-  int block_size = 16;                // tokens per KV block
+  int block_size = 16;  // tokens per KV block
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   int64_t kv_blocks = 0;              // blocks in the pool; 0: from kv_cache_memory
   int64_t kv_cache_memory = 1 << 30;  // bytes of K and V over all layers, when kv_blocks is 0
   // Prompt-prefix blocks stay cached after their session ends, for later sessions with the same
@@ -78,6 +85,8 @@ struct EngineConfig {
 // The KV cache blocks `config` asks for on `model`: kv_blocks, or as many as kv_cache_memory
 // holds (InvalidArgument when not one).
 absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineConfig& config);
+// The KV cache's element type that `config` asks for on `model` (kv_cache_dtype resolved).
+c10::ScalarType KvCacheScalarType(const model::Model& model, const EngineConfig& config);
 
 // What the engine serves, for listings and logs.
 struct EngineInfo {
@@ -87,6 +96,8 @@ struct EngineInfo {
   int64_t vocab_size = 0;
   int64_t kv_blocks = 0;
   int block_size = 0;
+  std::string kv_dtype;        // the KV cache's elements: fp32, bf16, fp16
+  int64_t kv_block_bytes = 0;  // K and V of one block over all layers
   int max_sessions = 0;
   std::vector<std::string> adapters;  // the LoRA adapters sessions may pick, by name
 };

@@ -12,11 +12,36 @@
 
 namespace gpeserve::engine {
 
+c10::ScalarType KvCacheScalarType(const model::Model& model, const EngineConfig& config) {
+  switch (config.kv_cache_dtype) {
+    case KvCacheDtype::kF32:
+      return torch::kFloat32;
+    case KvCacheDtype::kBF16:
+      return torch::kBFloat16;
+    case KvCacheDtype::kF16:
+      return torch::kHalf;
+    case KvCacheDtype::kAuto:
+      break;
+  }
+  if (!model.device().is_cpu()) return model.dtype();
+  // The CPU computes in fp32: a 16-bit model's keys and values keep its weights' type, which
+  // holds twice the tokens in the same memory.
+  switch (model.weight_dtype()) {
+    case model::ServingDtype::kBF16:
+      return torch::kBFloat16;
+    case model::ServingDtype::kF16:
+      return torch::kHalf;
+    default:
+      return torch::kFloat32;
+  }
+}
+
 absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineConfig& config) {
   if (config.kv_blocks > 0) return config.kv_blocks;
   const model::ModelConfig& c = model.config();
-  const int64_t block_bytes = kv::KvPool::BlockBytes(
-      config.block_size, {c.num_layers, c.num_kv_heads, c.head_dim}, model.dtype());
+  const int64_t block_bytes =
+      kv::KvPool::BlockBytes(config.block_size, {c.num_layers, c.num_kv_heads, c.head_dim},
+                             KvCacheScalarType(model, config));
   const int64_t blocks = config.kv_cache_memory / block_bytes;
   if (blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory of ", config.kv_cache_memory,
@@ -72,8 +97,9 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
                                     .num_blocks = static_cast<int>(*blocks),
                                     .cache_freed_prefixes = config.prefix_cache};
   impl.allocator = std::make_unique<kv::BlockAllocator>(kv_config);
-  auto pool = kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
-                                 engine->model_->dtype(), engine->model_->device());
+  auto pool =
+      kv::KvPool::Create(kv_config, {c.num_layers, c.num_kv_heads, c.head_dim},
+                         KvCacheScalarType(*engine->model_, config), engine->model_->device());
   if (!pool.ok()) return pool.status();
   impl.pool = std::make_unique<kv::KvPool>(*std::move(pool));
   {
@@ -93,12 +119,21 @@ EngineInfo Engine::info() const {
           .vocab_size = c.vocab_size,
           .kv_blocks = impl_->allocator->total_blocks(),
           .block_size = impl_->config.block_size,
+          .kv_dtype =
+              [this] {
+                const c10::ScalarType t = KvCacheScalarType(*model_, impl_->config);
+                return t == torch::kBFloat16 ? "bf16" : t == torch::kHalf ? "fp16" : "fp32";
+              }(),
+          .kv_block_bytes = kv::KvPool::BlockBytes(impl_->config.block_size,
+                                                   {c.num_layers, c.num_kv_heads, c.head_dim},
+                                                   KvCacheScalarType(*model_, impl_->config)),
           .max_sessions = impl_->config.max_sessions,
-          .adapters = [this] {
-            std::vector<std::string> names;
-            for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
-            return names;
-          }()};
+          .adapters =
+              [this] {
+                std::vector<std::string> names;
+                for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
+                return names;
+              }()};
 }
 
 Engine::Impl::~Impl() = default;

@@ -61,6 +61,15 @@ void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
   flags.Add("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", &config->kv_blocks,
             {.min = 0});
   flags.Add("block_size", "N", "tokens per KV block", &config->block_size, {.min = 1});
+  flags.AddChoice("kv_cache_dtype",
+                  "the KV cache's elements (attention computes in fp32 on the CPU either way); "
+                  "auto: on the CPU a bf16 or fp16 model's own type, fp32 for the others; on "
+                  "CUDA the activation dtype",
+                  &config->kv_cache_dtype,
+                  {{"auto", engine::KvCacheDtype::kAuto},
+                   {"fp32", engine::KvCacheDtype::kF32},
+                   {"bf16", engine::KvCacheDtype::kBF16},
+                   {"fp16", engine::KvCacheDtype::kF16}});
   flags.AddChoice("prefix_cache",
                   "on: prompt-prefix blocks stay cached after their session ends, for later "
                   "sessions, until their blocks are needed; off: shared only while held",

@@ -379,6 +379,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const Flags& flags, Parts& p
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   const engine::EngineInfo& info = parts.engine->info();
+  std::cout << "gpeserve: KV cache: " << info.kv_blocks << " blocks of " << info.block_size
+            << " tokens in " << info.kv_dtype << ", " << (int64_t{1} << 30) / info.kv_block_bytes
+            << " blocks per GiB\n";
   std::cout << "gpeserve: serving " << flags.service.model_name << " (" << info.architecture << ", "
             << info.dtype << ", " << info.device << ") on "
             << flags.listen.substr(0, flags.listen.rfind(':')) << ":" << port;

@@ -205,6 +205,54 @@ TEST(EngineTest, APrefixCacheOutlivesSessionsAndChangesNoOutput) {
   }
 }
 
+// --kv_cache_dtype: auto keeps a bf16 model's keys and values in bf16 on the CPU (fp32 for an
+// fp32 model), which holds twice the blocks in the same memory; sessions on a 16-bit cache
+// produce exactly what each produces alone on a cache of the same type.
+TEST(EngineTest, KvCacheDtypeFollowsTheModelAndHoldsTwiceTheBlocks) {
+  if (testing::TestDevice() != "cpu") GTEST_SKIP() << "auto's CPU rule";
+  auto fp32 = testing::TinyChatModel(5);
+  auto bf16 = testing::TinyChatModel(5, {.dtype = model::DType::kBF16});
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EngineConfig config;
+  config.kv_cache_memory = 1 << 20;
+  EXPECT_EQ(KvCacheScalarType(*fp32, config), torch::kFloat32);
+  EXPECT_EQ(KvCacheScalarType(*bf16, config), torch::kBFloat16);
+  const int64_t bf16_blocks = *KvCacheBlocks(*bf16, config);
+  config.kv_cache_dtype = KvCacheDtype::kF32;
+  EXPECT_EQ(KvCacheScalarType(*bf16, config), torch::kFloat32);
+  EXPECT_EQ(bf16_blocks, 2 * *KvCacheBlocks(*bf16, config));
+  config.kv_cache_dtype = KvCacheDtype::kF16;
+  EXPECT_EQ(KvCacheScalarType(*fp32, config), torch::kHalf);
+
+  for (const auto& [model, dtype] :
+       {std::pair{fp32, KvCacheDtype::kBF16}, std::pair{bf16, KvCacheDtype::kAuto}}) {
+    config.kv_cache_dtype = dtype;
+    config.kv_blocks = 256;
+    config.block_size = 4;
+    auto engine = Engine::Create(model, config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->info().kv_dtype, "bf16");
+    std::mt19937 rng(31);
+    std::vector<SessionConfig> configs;
+    std::vector<std::vector<std::string>> sources;
+    for (int i = 0; i < 4; ++i) {
+      configs.push_back(Config(1 + i % 2, static_cast<session::Paradigm>(i % 4)));
+      sources.push_back(Words(rng));
+    }
+    std::vector<Collector> collectors(configs.size());
+    OpenAndFeed(**engine, configs, sources, collectors, 700);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const SessionEvent done = collectors[i].Wait();
+      ASSERT_EQ(done.kind, SessionEvent::Kind::kDone) << done.status;
+      const session::SessionResult alone =
+          RunAlone(*model, configs[i].options, sources[i], {}, torch::kBFloat16);
+      EXPECT_EQ(done.output, alone.output) << "session " << i;
+      EXPECT_EQ(done.delays, alone.delays) << "session " << i;
+    }
+  }
+}
+
 // With a seed, sampled output is the same alone and in a crowd.
 TEST(EngineTest, SeededSamplingIsBatchIndependent) {
   auto m = testing::TinyChatModel(4);

@@ -24,15 +24,17 @@
 namespace gpeserve::engine {
 
 // `words` as one session with `options` (and `context` read with its prompt prefix,
-// StreamSession::SetContext) alone on `m`, greedy, in a pool of its own.
+// StreamSession::SetContext) alone on `m`, greedy, in a pool of its own (of `kv_dtype`;
+// Undefined: the model's activation dtype).
 inline session::SessionResult RunAlone(const model::Model& m, session::SessionOptions options,
                                        const std::vector<std::string>& words,
-                                       std::span<const int32_t> context = {}) {
+                                       std::span<const int32_t> context = {},
+                                       torch::ScalarType kv_dtype = torch::ScalarType::Undefined) {
   const kv::KvCacheConfig kv_config{.block_size = 4, .num_blocks = 512};
   kv::BlockAllocator allocator(kv_config);
   auto pool = kv::KvPool::Create(
-      kv_config, {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim}, m.dtype(),
-      m.device());
+      kv_config, {m.config().num_layers, m.config().num_kv_heads, m.config().head_dim},
+      kv_dtype == torch::ScalarType::Undefined ? m.dtype() : kv_dtype, m.device());
   options.max_positions = m.config().max_position_embeddings;  // as Engine::Open sets it
   auto session = session::CreateOfflineSession(m, options, words);
   EXPECT_TRUE(session.ok()) << session.status();
