@@ -369,6 +369,7 @@ int BenchCommand(int argc, char** argv, int first) {
   flags.Add("block_size", "N", "tokens per KV block", &engine_config.block_size, {.min = 1});
   flags.AddChoice("prefix_cache", "keep prompt-prefix blocks cached after their session ends",
                   &engine_config.prefix_cache, {{"on", true}, {"off", false}});
+  flags::AddKvCacheDtypeFlag(flags, &engine_config);
   flags.Add("max_batch_tokens", "N", "tokens in one forward pass",
             &engine_config.scheduler.max_batch_tokens, {.min = 1});
   flags.Add("max_sessions_per_step", "N", "sessions in one forward pass",

@@ -55,12 +55,7 @@ void AddLoraFlags(FlagSet& flags, model::AdapterConfig* config) {
                   });
 }
 
-void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
-  flags.Add("kv_cache_memory", "BYTES", "KV cache size when --kv_blocks is 0",
-            &config->kv_cache_memory, {.min = 1});
-  flags.Add("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", &config->kv_blocks,
-            {.min = 0});
-  flags.Add("block_size", "N", "tokens per KV block", &config->block_size, {.min = 1});
+void AddKvCacheDtypeFlag(FlagSet& flags, engine::EngineConfig* config) {
   flags.AddChoice("kv_cache_dtype",
                   "the KV cache's elements (attention computes in fp32 on the CPU either way); "
                   "auto: on the CPU a bf16 or fp16 model's own type, fp32 for the others; on "
@@ -70,6 +65,15 @@ void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
                    {"fp32", engine::KvCacheDtype::kF32},
                    {"bf16", engine::KvCacheDtype::kBF16},
                    {"fp16", engine::KvCacheDtype::kF16}});
+}
+
+void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config) {
+  flags.Add("kv_cache_memory", "BYTES", "KV cache size when --kv_blocks is 0",
+            &config->kv_cache_memory, {.min = 1});
+  flags.Add("kv_blocks", "N", "KV cache blocks (0: from --kv_cache_memory)", &config->kv_blocks,
+            {.min = 0});
+  flags.Add("block_size", "N", "tokens per KV block", &config->block_size, {.min = 1});
+  AddKvCacheDtypeFlag(flags, config);
   flags.AddChoice("prefix_cache",
                   "on: prompt-prefix blocks stay cached after their session ends, for later "
                   "sessions, until their blocks are needed; off: shared only while held",

@@ -48,8 +48,10 @@ void AddAdapterFlags(FlagSet& flags, ModelFlags* model);
 // --lora_targets.
 void AddLoraFlags(FlagSet& flags, model::AdapterConfig* config);
 
-// --block_size, --kv_blocks, --kv_cache_memory.
+// --block_size, --kv_blocks, --kv_cache_memory, --prefix_cache, --kv_cache_dtype.
 void AddKvCacheFlags(FlagSet& flags, engine::EngineConfig* config);
+// --kv_cache_dtype alone (where the blocks follow from other flags).
+void AddKvCacheDtypeFlag(FlagSet& flags, engine::EngineConfig* config);
 // --max_batch_tokens, --max_sessions_per_step, --long_read_tokens, --long_read_slowdown.
 void AddSchedulerFlags(FlagSet& flags, engine::EngineConfig* config);
 

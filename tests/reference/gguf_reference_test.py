@@ -82,20 +82,33 @@ def kquant_blocks(rng, qtype, rows, cols):
     return blocks.reshape(rows, cols // 256 * size)
 
 
-def write_kquant_model(path):
-    """A 2-layer Llama (hidden 256, MLP 512) whose six matrix kinds cycle Q4_K, Q5_K, Q6_K."""
+def gguf_writer(path, arch, hidden, ff, layers, heads, kv_heads):
+    """A GGUFWriter with the shape metadata every architecture's file has."""
     import gguf
-    from gguf import GGMLQuantizationType as Q
-    rng = np.random.default_rng(3)
-    hidden, ff, layers, heads, kv_heads, vocab = 256, 512, 2, 4, 2, 320
-    head_dim = hidden // heads
-    w = gguf.GGUFWriter(path, "llama")
+    w = gguf.GGUFWriter(path, arch)
     w.add_context_length(512)
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(ff)
     w.add_block_count(layers)
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
+    return w
+
+
+def write_out(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_kquant_model(path):
+    """A 2-layer Llama (hidden 256, MLP 512) whose six matrix kinds cycle Q4_K, Q5_K, Q6_K."""
+    from gguf import GGMLQuantizationType as Q
+    rng = np.random.default_rng(3)
+    hidden, ff, layers, heads, kv_heads, vocab = 256, 512, 2, 4, 2, 320
+    head_dim = hidden // heads
+    w = gguf_writer(path, "llama", hidden, ff, layers, heads, kv_heads)
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
@@ -116,25 +129,15 @@ def write_kquant_model(path):
             i += 1
             w.add_tensor(f"blk.{layer}.{name}.weight", kquant_blocks(rng, qtype, rows, cols),
                          raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
 
 
 def write_gemma3_model(path):
     """A 7-layer Gemma 3 in F32 (hidden 128, head_dim 256): layers 0-4 and 6 local (window 4,
     base 1e4), 5 global (base 1e6); norms stored as llama.cpp's converter writes them, 1 + w."""
-    import gguf
     rng = np.random.default_rng(4)
     hidden, ff, layers, heads, kv_heads, head_dim, vocab = 128, 256, 7, 2, 1, 256, 320
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_context_length(512)
-    w.add_embedding_length(hidden)
-    w.add_feed_forward_length(ff)
-    w.add_block_count(layers)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
+    w = gguf_writer(path, "gemma3", hidden, ff, layers, heads, kv_heads)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-6)
@@ -160,10 +163,7 @@ def write_gemma3_model(path):
                              ("ffn_gate", matrix(ff, hidden)), ("ffn_up", matrix(ff, hidden)),
                              ("ffn_down", matrix(hidden, ff)), ("post_ffw_norm", norm(hidden))]:
             w.add_tensor(f"blk.{layer}.{name}.weight", tensor)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
 
 
 def log_softmax(x):
