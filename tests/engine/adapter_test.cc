@@ -11,6 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "engine/engine.h"
@@ -168,6 +169,51 @@ TEST(AdapterEngineTest, MixedAdaptersInOneStepEqualEachAlone) {
     EXPECT_GT(stats.kv.prefix_hits, 0) << "sessions of one adapter share their prompt";
     EXPECT_GT(stats.fused_pieces, 0) << "reads and writes fused across adapters";
   }
+}
+
+// Sessions one after another, the prefix cache on: a prompt block cached by one adapter's (or
+// the base's) session is found again by a later session of the same adapter and never by one of
+// another: each adapter's first session shares nothing, its later ones share their prompt, and
+// every session produces what it produces alone.
+TEST(AdapterEngineTest, ThePrefixCacheNeverCrossesAdapters) {
+  auto m = testing::TinyChatModel(7);
+  ASSERT_NE(m, nullptr);
+  auto adapters = ThreeAdapters(*m);
+  for (const auto& a : adapters) ASSERT_NE(a, nullptr);
+  engine::EngineConfig config;
+  config.block_size = 4;
+  config.kv_blocks = 512;
+  config.prefix_cache = true;
+  auto engine = engine::Engine::Create(m, config, adapters);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  session::SessionOptions options;
+  options.profile = *policy::LoadProfile("qwen2.5");
+  options.policy.wait_k = 2;
+  options.policy.max_new_tokens = 6;
+  const std::vector<std::string> words = {"the", "cat", "sat"};
+  std::set<std::string> seen;
+  for (const std::string name : {"", "a", "a", "b", "", "c", "b", "c"}) {
+    Collector collector;
+    auto handle = (*engine)->Open({.options = options, .adapter = name}, collector.Callback());
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    (*handle)->Push(words);
+    (*handle)->EndSource();
+    const engine::SessionEvent done = collector.Wait();
+    ASSERT_EQ(done.kind, engine::SessionEvent::Kind::kDone) << done.status;
+    const model::Adapter* adapter = nullptr;
+    for (const auto& a : adapters) {
+      if (a->name == name) adapter = a.get();
+    }
+    EXPECT_EQ(done.output, Alone(*m, options, adapter, words).output) << "adapter '" << name << "'";
+    if (seen.insert(name).second) {
+      EXPECT_EQ(done.counters.shared_tokens, 0) << "first session of adapter '" << name << "'";
+    } else {
+      EXPECT_GT(done.counters.shared_tokens, 0) << "later session of adapter '" << name << "'";
+    }
+  }
+  const engine::EngineStats stats = (*engine)->stats();
+  EXPECT_EQ(stats.kv.free_blocks, stats.kv.total_blocks);
+  EXPECT_GT(stats.kv.cached_blocks, 0);
 }
 
 // One forward step over pieces of the base and three adapters (several tokens each, mixed
