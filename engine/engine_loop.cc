@@ -113,27 +113,24 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
 
 EngineInfo Engine::info() const {
   const model::ModelConfig& c = model_->config();
+  const c10::ScalarType kv = KvCacheScalarType(*model_, impl_->config);
   return {.architecture = c.architecture_name,
           .dtype = model_->weight_dtype_name(),
           .device = model_->device().is_cuda() ? "cuda" : "cpu",
           .vocab_size = c.vocab_size,
           .kv_blocks = impl_->allocator->total_blocks(),
           .block_size = impl_->config.block_size,
-          .kv_dtype =
-              [this] {
-                const c10::ScalarType t = KvCacheScalarType(*model_, impl_->config);
-                return t == torch::kBFloat16 ? "bf16" : t == torch::kHalf ? "fp16" : "fp32";
-              }(),
+          .kv_dtype = kv == torch::kBFloat16 ? "bf16"
+                      : kv == torch::kHalf   ? "fp16"
+                                             : "fp32",
           .kv_block_bytes = kv::KvPool::BlockBytes(impl_->config.block_size,
-                                                   {c.num_layers, c.num_kv_heads, c.head_dim},
-                                                   KvCacheScalarType(*model_, impl_->config)),
+                                                   {c.num_layers, c.num_kv_heads, c.head_dim}, kv),
           .max_sessions = impl_->config.max_sessions,
-          .adapters =
-              [this] {
-                std::vector<std::string> names;
-                for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
-                return names;
-              }()};
+          .adapters = [this] {
+            std::vector<std::string> names;
+            for (const auto& [name, adapter] : impl_->adapters) names.push_back(name);
+            return names;
+          }()};
 }
 
 Engine::Impl::~Impl() = default;
