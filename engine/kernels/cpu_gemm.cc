@@ -55,7 +55,8 @@ std::string BlasCoreReport(const std::string& core) {
   const Isa cpu = DetectedIsa();
   if (static_cast<int>(CoreIsa(core)) < static_cast<int>(cpu)) {
     report += std::string("; warning: older than this CPU (") + IsaName(cpu) +
-              "): libtorch's products (attention, training) run slow; set OPENBLAS_CORETYPE=" +
+              "): libtorch's products (training, gpe logits' attention) run slow; set "
+              "OPENBLAS_CORETYPE=" +
               (cpu == Isa::kAvx512 ? "SkylakeX" : "Haswell") + " before starting";
   }
   return report;

@@ -36,6 +36,11 @@ class KvPool {
   torch::Tensor GatherK(int64_t layer, const torch::Tensor& slots) const;
   torch::Tensor GatherV(int64_t layer, const torch::Tensor& slots) const;
 
+  // One layer's whole K or V tensor, [slots, kv_heads, head_dim] (for kernels that read the
+  // slots in place).
+  const torch::Tensor& keys(int64_t layer) const { return k_[layer]; }
+  const torch::Tensor& values(int64_t layer) const { return v_[layer]; }
+
   torch::Device device() const { return device_; }
   int64_t bytes() const;
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/kernels/cpu_gemm.h"
 #include "engine/kernels/cpu_matmul.h"
+#include "engine/model/paged_attention.h"
 
 namespace gpeserve::model {
 namespace {
@@ -241,8 +242,14 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
     absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
                     cpu::IsaName(cpu::DetectedIsa()), ")");
   }
-  // Attention's products go through libtorch, whose BLAS may have misread the CPU.
-  absl::StrAppend(&path, "; attention: libtorch; ", cpu::BlasCoreReport(cpu::OpenBlasCore()));
+  // Serving attention reads the paged KV cache in place (cpu_attention.h); the dense attention
+  // of `gpe logits` and training goes through libtorch, whose BLAS may have misread the CPU.
+  absl::StrAppend(&path, "; attention: ",
+                  PagedAttention::InPlaceOnCpu()
+                      ? absl::StrCat("paged in place, cpu_attention ",
+                                     cpu::IsaName(isa == cpu::Isa::kScalar ? isa : cpu::Isa::kAvx2))
+                      : std::string("libtorch (GPESERVE_CPU_ATTENTION)"),
+                  "; ", cpu::BlasCoreReport(cpu::OpenBlasCore()));
   return path;
 }
 

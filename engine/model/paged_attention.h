@@ -7,6 +7,9 @@
 // forward sees them through the block tables. A windowed layer (LayerAttention::window = W)
 // gathers only the last W - 1 context keys of a segment (no row sees more) and keeps each row's
 // last W visible keys, so its cost stays bounded by W however long the context grows.
+// On the CPU (fp32 activations) the rows read their keys in place from the pool instead
+// (cpu_attention.h: no gathered copies, no mask tensors, one parallel loop per layer), unless
+// the environment variable GPESERVE_CPU_ATTENTION is "libtorch" (to compare the two in one run).
 //
 // Thread-safety: one instance per forward call, on the engine thread.
 #pragma once
@@ -15,8 +18,10 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
+#include "engine/kernels/cpu_attention.h"
 #include "engine/kv/kv_pool.h"
 #include "engine/model/attention.h"
 
@@ -39,6 +44,10 @@ class PagedAttention : public AttentionContext {
   torch::Tensor Attend(const LayerAttention& layer, const torch::Tensor& q, const torch::Tensor& k,
                        const torch::Tensor& v) override;
 
+  // Whether a CPU pool is read in place: true unless GPESERVE_CPU_ATTENTION is "libtorch" (read
+  // once).
+  static bool InPlaceOnCpu();
+
  private:
   struct Prepared {
     int64_t begin, length, context;
@@ -47,11 +56,18 @@ class PagedAttention : public AttentionContext {
   };
   // The segments as a layer with `window` sees them (made on first use per window).
   const std::vector<Prepared>& ForWindow(int64_t window);
+  // The attention of every row with cpu_attention's kernel.
+  torch::Tensor AttendInPlace(const LayerAttention& layer, const torch::Tensor& q);
 
   kv::KvPool& pool_;
   torch::Tensor new_slots_;  // all rows' slots in row order
   std::vector<Prepared> segments_;
   std::map<int64_t, std::vector<Prepared>> windowed_;
+  // For AttendInPlace (empty unless it applies; then segments_ is): each segment's key slots
+  // and run, and each row's run and place in it.
+  std::vector<std::vector<int64_t>> host_keys_;
+  std::vector<cpu::AttentionRun> runs_;
+  std::vector<std::pair<int32_t, int64_t>> row_run_;
 };
 
 }  // namespace gpeserve::model

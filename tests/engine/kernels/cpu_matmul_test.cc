@@ -16,17 +16,12 @@
 #include <vector>
 
 #include "engine/kernels/ggml_quants.h"
+#include "tests/engine/kernels/isas_here.h"
 
 namespace gpeserve::model::cpu {
 namespace {
 
-std::vector<Isa> IsasHere() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(DetectedIsa())) isas.push_back(isa);
-  }
-  return isas;
-}
+using testing::IsasHere;
 
 // A random matrix in one weight type, with the exact fp32 value of every element.
 struct Matrix {
