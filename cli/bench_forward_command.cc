@@ -108,6 +108,9 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   flags.Add("context", "N", "cached tokens each decode row attends to", &context, {.min = 0});
   flags.Add("prefill", "N", "tokens in the prefill", &prefill, {.min = 1});
   flags.Add("runs", "N", "timed runs (median)", &runs, {.min = 1});
+  std::string cpu_activations = "fp32";
+  flags.Add("cpu_activations", model::kCpuActivationChoices, model::kCpuActivationsHelp,
+            &cpu_activations);
   if (auto code = flags.ParseOrExit(argc, argv, first)) return *code;
   std::string dir;
   std::filesystem::path temp;
@@ -139,7 +142,8 @@ int BenchForwardCommand(int argc, char** argv, int first) {
   int all_threads = 0;
   model::ModelConfig config;
   for (const std::string& dtype : dtypes) {
-    auto loaded = model::Model::Load(dir, {.dtype = dtype, .threads = threads});
+    auto loaded = model::Model::Load(
+        dir, {.dtype = dtype, .threads = threads, .cpu_activations = cpu_activations});
     if (!loaded.ok()) {
       std::cerr << "gpe: " << dtype << ": " << loaded.status().message() << "\n";
       return 1;

@@ -15,6 +15,8 @@ void AddModelFlags(FlagSet& flags, ModelFlags* model, std::string dir_help, bool
   if (with_device) flags.Add("device", "cpu|cuda", "device", &model->options.device);
   flags.Add("threads", "N", "CPU threads for the model (0 = all cores)", &model->options.threads,
             {.min = 0});
+  flags.Add("cpu_activations", model::kCpuActivationChoices, model::kCpuActivationsHelp,
+            &model->options.cpu_activations);
 }
 
 void AddAdapterFlags(FlagSet& flags, ModelFlags* model) {

@@ -153,6 +153,24 @@ void MatmulRows(Isa isa, const WeightView& w, const float* x, int64_t m, int64_t
   }
 }
 
+bool HasBf16Dot() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return ActiveIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
+void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
+  if (HasBf16Dot()) return internal::RoundToBf16Avx512(x, n, out);
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
+}
+
+void MatmulRowsBf16Dot(const WeightView& w, const uint16_t* x, int64_t m, int64_t ldx,
+                       const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+  internal::MatmulRowsBf16DotAvx512(w, x, m, ldx, bias, y, ldy, n_begin, n_end);
+}
+
 void DequantizeRows(Isa isa, const WeightView& w, int64_t n_begin, int64_t n_end, float* out) {
   switch (isa) {
     case Isa::kAvx512:

@@ -62,6 +62,20 @@ struct WeightView {
 void MatmulRows(Isa isa, const WeightView& w, const float* x, int64_t m, int64_t ldx,
                 const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
 
+// bf16 activations (ModelOptions::cpu_activations): AVX512-BF16's dot product (vdpbf16ps, 32
+// bf16 products a instruction, summed pairwise into 16 fp32 lanes) for bf16 weights.
+// True when the CPU has AVX512-BF16 and ActiveIsa() is avx512 (GPESERVE_CPU_ISA=avx2 turns it
+// off). Read once.
+bool HasBf16Dot();
+// x rounded to bf16 (to nearest even, as FloatToBf16): n values. Vector code where HasBf16Dot().
+void RoundToBf16(const float* x, int64_t n, uint16_t* out);
+// y[i * ldy + n] = sum_k x[i * ldx + k] * W[n, k] + bias[n] for bf16 weights and the m bf16
+// activation rows x: products exact, sums in fp32 (vdpbf16ps treats denormal inputs and results
+// as zero), each row's in one order whatever m. bias may be null.
+// REQUIRES: HasBf16Dot(); w.type == kBF16.
+void MatmulRowsBf16Dot(const WeightView& w, const uint16_t* x, int64_t m, int64_t ldx,
+                       const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+
 // Rows [n_begin, n_end) of W as fp32 (scale applied), packed: out[(n - n_begin) * cols + k].
 void DequantizeRows(Isa isa, const WeightView& w, int64_t n_begin, int64_t n_end, float* out);
 

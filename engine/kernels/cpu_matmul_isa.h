@@ -18,6 +18,12 @@ GPESERVE_CPU_MATMUL_ENTRY_POINTS(Avx512)
 
 #undef GPESERVE_CPU_MATMUL_ENTRY_POINTS
 
+// AVX512-BF16 (cpu_matmul_bf16dot.cc): MatmulRowsBf16Dot and RoundToBf16's vector path.
+void MatmulRowsBf16DotAvx512(const WeightView& w, const uint16_t* x, int64_t m, int64_t ldx,
+                             const float* bias, float* y, int64_t ldy, int64_t n_begin,
+                             int64_t n_end);
+void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
+
 // Weight `index` (row-major) of a block-type matrix as fp32: the scalar kernels'.
 float BlockWeight(WeightType type, const void* data, int64_t index);
 

@@ -67,10 +67,27 @@ cpu::WeightView CpuView(const Matrix& w) {
 
 // y = x W^T + b on the CPU for fp32 activations x [m, in] and any stored W (see kKernelRows).
 torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Tensor& b) {
-  const torch::Tensor xc = x.contiguous();
+  torch::Tensor xc = x.contiguous();
   const int64_t m = xc.size(0), out = w.data.size(0), in = w.in();
   const cpu::WeightView view = CpuView(w);
   const cpu::Isa isa = cpu::ActiveIsa();
+  if (w.bf16_activations) {
+    // Every row rounded alone, whatever the step: batched still equals alone.
+    torch::Tensor rounded = torch::empty({m, in}, xc.options().dtype(torch::kBFloat16));
+    auto* xb = reinterpret_cast<uint16_t*>(rounded.data_ptr());
+    cpu::RoundToBf16(xc.data_ptr<float>(), m * in, xb);
+    if (m <= kKernelRows && cpu::HasBf16Dot()) {
+      torch::Tensor y = torch::empty({m, out}, xc.options());
+      const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+      float* yp = y.data_ptr<float>();
+      at::parallel_for(0, out, 32, [&](int64_t begin, int64_t end) {
+        cpu::MatmulRowsBf16Dot(view, xb, m, in, bp, yp, out, begin, end);
+      });
+      return y;
+    }
+    // Without AVX512-BF16, and for prefill: the rounded values widened back (exactly) to fp32.
+    xc = rounded.to(torch::kFloat32);
+  }
   if (m <= kKernelRows) {
     torch::Tensor y = torch::empty({m, out}, xc.options());
     const float* xp = xc.data_ptr<float>();
@@ -217,7 +234,8 @@ torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType
   return e.data.index_select(0, ids).to(dtype);
 }
 
-std::string LinearKernelPath(const std::string& dtype_name, const torch::Device& device) {
+std::string LinearKernelPath(const std::string& dtype_name, const torch::Device& device,
+                             bool bf16_activations) {
   const std::string name =
       dtype_name == "gguf"
           ? std::string(
@@ -241,6 +259,12 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
   if (cpu::IsaForced()) {
     absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
                     cpu::IsaName(cpu::DetectedIsa()), ")");
+  }
+  if (bf16_activations) {
+    absl::StrAppend(&path, "; bf16 weights take bf16 activations (--cpu_activations): ",
+                    cpu::HasBf16Dot() ? "AVX512-BF16 dot products up to "
+                                      : "no AVX512-BF16 here, widened to fp32 up to ",
+                    kKernelRows, " rows, widened to fp32 beyond");
   }
   // Serving attention reads the paged KV cache in place (cpu_attention.h); the dense attention
   // of `gpe logits` and training goes through libtorch, whose BLAS may have misread the CPU.

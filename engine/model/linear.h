@@ -26,6 +26,9 @@ struct Matrix {
   torch::Tensor data;
   torch::Tensor scale;                             // [out] float32; defined only for int8
   cpu::WeightType blocks = cpu::WeightType::kF32;  // a block type when data holds blocks
+  // bf16 data on the CPU: round the activations to bf16 before the product
+  // (ModelOptions::cpu_activations).
+  bool bf16_activations = false;
 
   bool has_blocks() const { return cpu::IsBlockType(blocks); }
   // Columns of W.
@@ -37,7 +40,8 @@ struct Matrix {
   // Output rows [begin, begin + count): a view (a fused projection's part).
   Matrix Rows(int64_t begin, int64_t count) const {
     return {data.narrow(0, begin, count),
-            scale.defined() ? scale.narrow(0, begin, count) : torch::Tensor(), blocks};
+            scale.defined() ? scale.narrow(0, begin, count) : torch::Tensor(), blocks,
+            bf16_activations};
   }
 };
 
@@ -55,7 +59,7 @@ inline Matrix ConcatRows(const std::vector<Matrix>& parts) {
     if (m.scale.defined()) scale.push_back(m.scale);
   }
   return {torch::cat(data), scale.empty() ? torch::Tensor() : torch::cat(scale),
-          parts.front().blocks};
+          parts.front().blocks, parts.front().bf16_activations};
 }
 
 // `w` [out, in] (float32, CPU) as int8 with one scale per output row (symmetric, the largest
@@ -79,7 +83,9 @@ torch::Tensor Embed(const Matrix& e, const torch::Tensor& ids, torch::ScalarType
 
 // One line naming the code Linear runs for weights held as `dtype_name` (fp32, bf16, fp16,
 // int8, q8_0, q4_0, q4_1, gguf: each matrix as the file holds it) on `device`: the
-// instruction set and kernel for decode-sized steps and for prefill.
-std::string LinearKernelPath(const std::string& dtype_name, const torch::Device& device);
+// instruction set and kernel for decode-sized steps and for prefill, and the activations that
+// enter bf16 weights.
+std::string LinearKernelPath(const std::string& dtype_name, const torch::Device& device,
+                             bool bf16_activations = false);
 
 }  // namespace gpeserve::model

@@ -189,6 +189,15 @@ absl::StatusOr<ServingDtype> ParseServingDtype(const std::string& name) {
                    absl::StrReplaceAll(kServingDtypeChoices, {{"|", ", "}}), ")"));
 }
 
+absl::StatusOr<CpuActivations> ParseCpuActivations(const std::string& name) {
+  if (name == "fp32") return CpuActivations::kFp32;
+  if (name == "bf16") return CpuActivations::kBf16;
+  if (name == "auto") return CpuActivations::kAuto;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CPU activations '", name, "' (",
+                   absl::StrReplaceAll(kCpuActivationChoices, {{"|", ", "}}), ")"));
+}
+
 const char* Model::weight_dtype_name() const { return ServingDtypeName(weight_dtype_); }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
@@ -197,6 +206,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   if (!dtype.ok()) return dtype.status();
   auto device = ParseDevice(options.device);
   if (!device.ok()) return device.status();
+  auto activations = ParseCpuActivations(options.cpu_activations);
+  if (!activations.ok()) return activations.status();
   auto checkpoint = Checkpoint::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
   if (device->is_cpu()) {
@@ -243,7 +254,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
   }
   model->weight_dtype_ = *serving;
   model->dtype_ = device->is_cpu() ? torch::kFloat32 : ServingScalarType(*serving);
-  model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device);
+  // bf16 activations go into the bf16 matrices only (linear.h, Matrix::bf16_activations).
+  const bool bf16_activations =
+      device->is_cpu() && (*activations == CpuActivations::kBf16 ||
+                           (*activations == CpuActivations::kAuto && cpu::HasBf16Dot()));
+  model->kernel_path_ = LinearKernelPath(ServingDtypeName(*serving), *device, bf16_activations);
   try {
     const Checkpoint& source = **checkpoint;
     // Matrices: the serving dtype; int8 as stored by gpe quantize, or quantized here; blocks
@@ -300,6 +315,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir,
       if (spec.kind == WeightSpec::Kind::kMatrix) {
         auto matrix = load_matrix(spec);
         if (!matrix.ok()) return matrix.status();
+        matrix->bf16_activations = bf16_activations && !matrix->has_blocks() &&
+                                   matrix->data.scalar_type() == torch::kBFloat16;
         PlaceMatrix(spec, *matrix, w);
       } else {
         // Norms and biases: the activation dtype.

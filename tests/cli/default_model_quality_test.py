@@ -10,8 +10,8 @@ BLEU >= 90 (90.7 measured; docs/training.md). The model under test is the one gp
 --model, so this also checks the embedding. Serving dtypes: the default (auto: the model's
 own bf16 wherever a kernel serves it, fp32 otherwise) is the same model as fp32 serving (BLEU
 within 0.2 with an fp32 KV cache, summation order only), auto's bf16 KV cache (the default for
-a bf16 model) keeps BLEU within 0.5 of fp32's, and int8 weights (quantized at load) keep BLEU within 0.5
-of fp32's. The built-in German-to-English adapter on the same split read the other way: GPE
+a bf16 model) keeps BLEU within 0.5 of fp32's, and int8 weights (quantized at load) and bf16
+activations into the bf16 weights (--cpu_activations bf16) keep BLEU within 0.5 of fp32's. The built-in German-to-English adapter on the same split read the other way: GPE
 wait-3 BLEU >= 80 (docs/adapters.md), merged or not. Standard-library Python only.
 """
 import argparse
@@ -26,6 +26,7 @@ WAIT3_TARGET = 80.0
 INT8_BLEU_LOSS = 0.5  # issue 16: int8 within 0.5 BLEU of fp32
 AUTO_BLEU_DIFFERENCE = 0.2
 KV16_BLEU_DIFFERENCE = 0.5  # issue 50: a 16-bit KV cache within 0.5 BLEU of fp32
+BF16_ACTIVATIONS_BLEU_LOSS = 0.5  # issue 46: bf16 activations within 0.5 BLEU of fp32
 
 failures = 0
 passed = 0
@@ -128,6 +129,12 @@ def main():
     print(f"gpe wait-3 int8: BLEU {int8}")
     check(f"int8 within {INT8_BLEU_LOSS} BLEU of fp32",
           int8 is not None and fp32 is not None and int8 >= fp32 - INT8_BLEU_LOSS, out)
+    bf16_act, _, out = evaluate(a.gpe, data, "--wait_k", "3", "--dtype", "bf16",
+                                "--cpu_activations", "bf16")
+    print(f"gpe wait-3 bf16 weights and activations: BLEU {bf16_act}")
+    check(f"bf16 activations within {BF16_ACTIVATIONS_BLEU_LOSS} BLEU of fp32",
+          bf16_act is not None and fp32 is not None
+          and bf16_act >= fp32 - BF16_ACTIVATIONS_BLEU_LOSS, out)
 
     # One sentence as a user would type it: live German, word for word what the grammar says.
     sentence = os.path.join(a.work, "sentence.json")

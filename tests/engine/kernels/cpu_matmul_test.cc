@@ -120,6 +120,14 @@ constexpr WeightType kTypes[] = {WeightType::kF32,  WeightType::kBF16, WeightTyp
                                  WeightType::kInt8, WeightType::kQ8_0, WeightType::kQ4_0,
                                  WeightType::kQ4_1};
 
+// An output's place, for failure messages: the matrix, the call's rows and range, y[i, n].
+std::string Where(int64_t rows, int64_t cols, int64_t m, int64_t begin, int64_t end, int64_t i,
+                  int64_t n) {
+  return std::to_string(rows) + "x" + std::to_string(cols) + " m=" + std::to_string(m) + " rows [" +
+         std::to_string(begin) + ", " + std::to_string(end) + ") at y[" + std::to_string(i) + ", " +
+         std::to_string(n) + "]";
+}
+
 TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -155,11 +163,7 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
                 for (int64_t n = 0; n < ldy; ++n) {
                   const float got = y[static_cast<size_t>(i * ldy + n)];
                   const std::string where = std::string(IsaName(isa)) + " " + WeightTypeName(type) +
-                                            " " + std::to_string(rows) + "x" +
-                                            std::to_string(cols) + " m=" + std::to_string(m) +
-                                            " rows [" + std::to_string(begin) + ", " +
-                                            std::to_string(end) + ") at y[" + std::to_string(i) +
-                                            ", " + std::to_string(n) + "]";
+                                            " " + Where(rows, cols, m, begin, end, i, n);
                   if (n < begin || n >= end) {
                     ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
                     continue;
@@ -364,6 +368,79 @@ TEST(CpuMatmulTest, Bf16RoundsToNearestEven) {
     if (!std::isnan(v)) {
       ASSERT_EQ(FloatToBf16(v), h);
     }
+  }
+}
+
+// bf16 activations (MatmulRowsBf16Dot, AVX512-BF16): against a double-precision reference on
+// the bf16 values, odd shapes (column tails past the last 32, sub-ranges, wide strides, nothing
+// written outside), and each row as if alone, bit for bit.
+TEST(CpuMatmulTest, Bf16DotEqualsTheReferenceAndEachRowIsAlone) {
+  if (!HasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or GPESERVE_CPU_ISA lowers it)";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int checked = 0;
+  for (int64_t rows : {1, 5, 8, 13, 37}) {
+    for (int64_t cols : {1, 31, 32, 33, 96, 100, 896, 4103}) {
+      const Matrix w = RandomMatrix(WeightType::kBF16, rows, cols, rng);
+      std::vector<float> bias(static_cast<size_t>(rows));
+      for (float& b : bias) b = normal(rng);
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 11, 13}) {
+        const int64_t ldx = cols + 5, ldy = rows + 2;
+        std::vector<uint16_t> x(static_cast<size_t>(m * ldx));
+        for (uint16_t& v : x) v = FloatToBf16(normal(rng));
+        for (auto [begin, end] : {std::pair<int64_t, int64_t>{rows / 3, rows - rows / 4},
+                                  std::pair<int64_t, int64_t>{0, rows}}) {
+          const bool with_bias = (m + cols) % 2 == 0;
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> y(static_cast<size_t>(m * ldy), -12345.0f);
+          MatmulRowsBf16Dot(w.view(), x.data(), m, ldx, b, y.data(), ldy, begin, end);
+          for (int64_t i = 0; i < m; ++i) {
+            std::vector<float> alone(static_cast<size_t>(rows), -12345.0f);
+            MatmulRowsBf16Dot(w.view(), x.data() + i * ldx, 1, ldx, b, alone.data(), rows, begin,
+                              end);
+            for (int64_t n = 0; n < ldy; ++n) {
+              const float got = y[static_cast<size_t>(i * ldy + n)];
+              const std::string where = Where(rows, cols, m, begin, end, i, n);
+              if (n < begin || n >= end) {
+                ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
+                continue;
+              }
+              double ref = with_bias ? bias[static_cast<size_t>(n)] : 0.0, magnitude = 0;
+              for (int64_t k = 0; k < cols; ++k) {
+                const double term = w.value[static_cast<size_t>(n * cols + k)] *
+                                    Bf16ToFloat(x[static_cast<size_t>(i * ldx + k)]);
+                ref += term;
+                magnitude += std::fabs(term);
+              }
+              const double bound = (cols + 4) * std::ldexp(1.0, -24) * (magnitude + 1.0);
+              ASSERT_NEAR(got, ref, bound) << where;
+              ASSERT_EQ(got, alone[static_cast<size_t>(n)]) << where << ": batched != alone";
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+// RoundToBf16 (vector code where HasBf16Dot()) rounds as FloatToBf16: ties to even, tails.
+TEST(CpuMatmulTest, RoundToBf16EqualsTheScalarRounding) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xFFFFFFFFu);
+  std::vector<float> x(100003);
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t b = bits(rng);
+    if (i % 3 == 0) b = (b & 0xFFFF0000u) | 0x8000u;         // exactly halfway
+    if ((b & 0x7F800000u) == 0x7F800000u) b &= 0xBFFFFFFFu;  // no NaN or infinity
+    std::memcpy(&x[i], &b, 4);
+  }
+  std::vector<uint16_t> out(x.size());
+  RoundToBf16(x.data(), static_cast<int64_t>(x.size()), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::fpclassify(x[i]) == FP_SUBNORMAL) continue;  // the vector rounding may flush them
+    ASSERT_EQ(out[i], FloatToBf16(x[i])) << "element " << i << " = " << x[i];
   }
 }
 

@@ -334,6 +334,51 @@ TEST(ModelTest, SixteenBitWeightsComputeWhatFp32ComputesOnTheSameValues) {
   }
 }
 
+// --cpu_activations bf16: each activation row rounded to bf16 before the bf16 matrices
+// (AVX512-BF16's dot products where the CPU has them, else widened back to fp32): within bf16's
+// rounding of the exact logits and not equal to them (the rounding is there) at every step size
+// (decode rows, the kernel's tiles, prefill beyond 64 rows); rows batched with others compute
+// what they compute alone; auto picks bf16 exactly where the CPU has the dot product; unknown
+// names are refused.
+TEST(ModelTest, Bf16ActivationsStayWithinTheirRoundingAndRowsStayAlone) {
+  const std::string dir = MakeTiny("bf16_activations", "qwen2", 23, DType::kBF16);
+  auto exact = LoadOrDie(dir, "bf16");
+  auto rounded =
+      Model::Load(dir, {.dtype = "bf16", .device = "cpu", .threads = 2, .cpu_activations = "bf16"});
+  ASSERT_NE(exact, nullptr);
+  ASSERT_TRUE(rounded.ok()) << rounded.status();
+  const Model& m = **rounded;
+  EXPECT_NE(m.kernel_path().find("bf16 activations"), std::string::npos) << m.kernel_path();
+  EXPECT_EQ(exact->kernel_path().find("bf16 activations"), std::string::npos);
+  for (int64_t t : {1, 3, 7, 40, 70}) {
+    const std::vector<int64_t> tokens = RandomTokens(t, 258, 11 + t);
+    const double error = RelativeError(AllLogits(m, tokens), AllLogits(*exact, tokens));
+    EXPECT_LT(error, 3e-2) << "T=" << t;
+    EXPECT_GT(error, 1e-6) << "T=" << t;
+  }
+  // Two sequences in one forward against each alone: the rounding is per row.
+  torch::Tensor allowed = torch::zeros({8, 8}, torch::kBool);
+  allowed.slice(0, 0, 5).slice(1, 0, 5).copy_(DenseAttention::CausalMask(5));
+  allowed.slice(0, 5, 8).slice(1, 5, 8).copy_(DenseAttention::CausalMask(3));
+  DenseAttention together({}, {}, allowed);
+  auto batched = m.Forward(Ids({1, 2, 3, 4, 5, 9, 8, 7}), Ids({0, 1, 2, 3, 4, 0, 1, 2}),
+                           Ids({4, 7}), together);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_LT(RelativeError(batched->slice(0, 0, 1), AllLogits(m, {1, 2, 3, 4, 5}).slice(0, 4, 5)),
+            1e-5);
+  EXPECT_LT(RelativeError(batched->slice(0, 1, 2), AllLogits(m, {9, 8, 7}).slice(0, 2, 3)), 1e-5);
+
+  auto automatic = Model::Load(dir, {.dtype = "bf16", .threads = 2, .cpu_activations = "auto"});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->kernel_path().find("bf16 activations") != std::string::npos,
+            cpu::HasBf16Dot())
+      << (*automatic)->kernel_path();
+  auto unknown = Model::Load(dir, {.dtype = "bf16", .cpu_activations = "fp8"});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("fp32, bf16, auto"), std::string::npos)
+      << unknown.status();
+}
+
 // --dtype int8 quantizes at load; gpe quantize writes the same weights to a folder a quarter
 // the size, which loads as int8 by itself and computes exactly the same logits. Both stay
 // near fp32 (loosely: this tiny random model has large weights and 2 layers of error growth;
