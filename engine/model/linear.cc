@@ -76,16 +76,22 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
     torch::Tensor rounded = torch::empty({m, in}, xc.options().dtype(torch::kBFloat16));
     auto* xb = reinterpret_cast<uint16_t*>(rounded.data_ptr());
     cpu::RoundToBf16(xc.data_ptr<float>(), m * in, xb);
-    if (m <= kKernelRows && cpu::HasBf16Dot()) {
+    if (cpu::HasBf16Dot()) {
+      // Every step size, prefill included, in blocks of kKernelRows activation rows: the dot
+      // products keep a 64-row block compute-bound (reading the weights again per block costs
+      // little next to it), and a row's sum never depends on the step.
       torch::Tensor y = torch::empty({m, out}, xc.options());
       const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
       float* yp = y.data_ptr<float>();
       at::parallel_for(0, out, 32, [&](int64_t begin, int64_t end) {
-        cpu::MatmulRowsBf16Dot(view, xb, m, in, bp, yp, out, begin, end);
+        for (int64_t i = 0; i < m; i += kKernelRows) {
+          cpu::MatmulRowsBf16Dot(view, xb + i * in, std::min(kKernelRows, m - i), in, bp,
+                                 yp + i * out, out, begin, end);
+        }
       });
       return y;
     }
-    // Without AVX512-BF16, and for prefill: the rounded values widened back (exactly) to fp32.
+    // Without AVX512-BF16: the rounded values widened back (exactly) to fp32.
     xc = rounded.to(torch::kFloat32);
   }
   if (m <= kKernelRows) {
@@ -262,9 +268,9 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
   }
   if (bf16_activations) {
     absl::StrAppend(&path, "; bf16 weights take bf16 activations (--cpu_activations): ",
-                    cpu::HasBf16Dot() ? "AVX512-BF16 dot products up to "
-                                      : "no AVX512-BF16 here, widened to fp32 up to ",
-                    kKernelRows, " rows, widened to fp32 beyond");
+                    cpu::HasBf16Dot() ? absl::StrCat("AVX512-BF16 dot products in blocks of ",
+                                                     kKernelRows, " rows, prefill included")
+                                      : std::string("no AVX512-BF16 here, widened back to fp32"));
   }
   // Serving attention reads the paged KV cache in place (cpu_attention.h); the dense attention
   // of `gpe logits` and training goes through libtorch, whose BLAS may have misread the CPU.
