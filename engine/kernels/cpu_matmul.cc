@@ -145,6 +145,9 @@ void MatmulRows(Isa isa, const WeightView& w, const float* x, int64_t m, int64_t
                 const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
   switch (isa) {
     case Isa::kAvx512:
+      if (IsBlockType(w.type) && HasVnni()) {
+        return internal::MatmulBlocksVnni(w, x, m, ldx, bias, y, ldy, n_begin, n_end);
+      }
       return internal::MatmulRowsAvx512(w, x, m, ldx, bias, y, ldy, n_begin, n_end);
     case Isa::kAvx2:
       return internal::MatmulRowsAvx2(w, x, m, ldx, bias, y, ldy, n_begin, n_end);
@@ -157,6 +160,14 @@ bool HasBf16Dot() {
   static const bool has = [] {
     __builtin_cpu_init();
     return ActiveIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
+bool HasVnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return ActiveIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
   }();
   return has;
 }

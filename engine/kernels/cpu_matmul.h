@@ -67,6 +67,9 @@ void MatmulRows(Isa isa, const WeightView& w, const float* x, int64_t m, int64_t
 // True when the CPU has AVX512-BF16 and ActiveIsa() is avx512 (GPESERVE_CPU_ISA=avx2 turns it
 // off). Read once.
 bool HasBf16Dot();
+// True when the CPU has AVX512-VNNI and ActiveIsa() is avx512: MatmulRows then takes the block
+// types' integer dot products 64 bytes at a time (vpdpbusd; cpu_matmul_vnni.cc). Read once.
+bool HasVnni();
 // x rounded to bf16 (to nearest even, as FloatToBf16): n values. Vector code where HasBf16Dot().
 void RoundToBf16(const float* x, int64_t n, uint16_t* out);
 // y[i * ldy + n] = sum_k x[i * ldx + k] * W[n, k] + bias[n] for bf16 weights and the m bf16

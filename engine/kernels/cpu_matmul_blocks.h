@@ -75,6 +75,24 @@ inline void QuantizeActivations(const float* x, int64_t i, const Q8Rows& out) {
   }
 }
 
+// The m activation rows of x (row stride ldx, `cols` a multiple of 32) rounded into new buffers
+// (the 4-bit types' block sums too); FreeRows frees them. (No std:: containers here; see
+// cpu_matmul_tile.h.)
+template <WeightType T>
+inline Q8Rows RoundRows(const float* x, int64_t m, int64_t ldx, int64_t cols) {
+  const int64_t blocks = cols / kBlockWeights;
+  float* scales = new float[2 * m * blocks];
+  const Q8Rows rows{new int8_t[m * cols], scales,
+                    T == WeightType::kQ8_0 ? nullptr : scales + m* blocks, cols, blocks};
+  for (int64_t i = 0; i < m; ++i) QuantizeActivations(x + i * ldx, i, rows);
+  return rows;
+}
+
+inline void FreeRows(const Q8Rows& rows) {
+  delete[] rows.q;
+  delete[] rows.d;
+}
+
 // The 32 values q of a weight block as int8 (Q4_0 and Q4_1: the nibbles, unsigned; Q4_0's
 // offset of 8 is applied through the activations' sums).
 template <WeightType T>
@@ -177,13 +195,7 @@ inline void BlockRows(const WeightView& w, int64_t n, const Q8Rows& x, int64_t m
 template <WeightType T>
 void MatmulBlocks(const WeightView& w, const float* x, int64_t m, int64_t ldx, const float* bias,
                   float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
-  const int64_t blocks = w.cols / kBlockWeights;
-  // (No std:: containers here; see cpu_matmul_tile.h.)
-  int8_t* q = new int8_t[m * w.cols];
-  float* scales = new float[2 * m * blocks];
-  const Q8Rows rows{q, scales, T == WeightType::kQ8_0 ? nullptr : scales + m * blocks, w.cols,
-                    blocks};
-  for (int64_t i = 0; i < m; ++i) QuantizeActivations(x + i * ldx, i, rows);
+  const Q8Rows rows = RoundRows<T>(x, m, ldx, w.cols);
   constexpr int R = 4;
   int64_t n = n_begin;
   if (m == 1) {
@@ -192,8 +204,7 @@ void MatmulBlocks(const WeightView& w, const float* x, int64_t m, int64_t ldx, c
     for (; n + 2 <= n_end; n += 2) BlockRows<T, 2>(w, n, rows, m, bias, y, ldy);
   }
   for (; n < n_end; ++n) BlockRows<T, 1>(w, n, rows, m, bias, y, ldy);
-  delete[] q;
-  delete[] scales;
+  FreeRows(rows);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ void MatmulRowsBf16DotAvx512(const WeightView& w, const uint16_t* x, int64_t m, 
                              const float* bias, float* y, int64_t ldy, int64_t n_begin,
                              int64_t n_end);
 void RoundToBf16Avx512(const float* x, int64_t n, uint16_t* out);
+// AVX512-VNNI (cpu_matmul_vnni.cc): the block types' products where HasVnni().
+void MatmulBlocksVnni(const WeightView& w, const float* x, int64_t m, int64_t ldx,
+                      const float* bias, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
 
 // Weight `index` (row-major) of a block-type matrix as fp32: the scalar kernels'.
 float BlockWeight(WeightType type, const void* data, int64_t index);

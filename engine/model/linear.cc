@@ -252,25 +252,33 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
     return absl::StrCat("cuda: ", name, " weights and activations, libtorch (cuBLAS)");
   }
   const cpu::Isa isa = cpu::ActiveIsa();
-  std::string path = absl::StrCat("cpu ", cpu::IsaName(isa), ", ", torch::get_num_threads(),
-                                  " threads: ", name, " weights, fp32 activations; steps of up to ",
-                                  kKernelRows, " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
-                                  " kernel (weights read once per step); larger steps: ");
-  const char* gemm = GemmIsLibtorch() ? "libtorch fp32 GEMM (GPESERVE_CPU_GEMM)" : "oneDNN sgemm";
-  if (name == "fp32") {
-    absl::StrAppend(&path, gemm);
+  std::string path =
+      absl::StrCat("cpu ", cpu::IsaName(isa), ", ", torch::get_num_threads(), " threads: ");
+  if (bf16_activations && name == "bf16" && cpu::HasBf16Dot()) {
+    absl::StrAppend(&path, "bf16 weights, bf16 activations (--cpu_activations): AVX512-BF16 dot ",
+                    "products in blocks of ", kKernelRows, " rows, prefill included");
   } else {
-    absl::StrAppend(&path, name, " tiles widened to fp32 + ", gemm);
+    const bool vnni = cpu::HasVnni() &&
+                      (name == "q8_0" || name == "q4_0" || name == "q4_1" || dtype_name == "gguf");
+    absl::StrAppend(&path, name, " weights, fp32 activations; steps of up to ", kKernelRows,
+                    " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
+                    " kernel (weights read once per step", vnni ? "; blocks with AVX512-VNNI" : "",
+                    "); larger steps: ");
+    const char* gemm = GemmIsLibtorch() ? "libtorch fp32 GEMM (GPESERVE_CPU_GEMM)" : "oneDNN sgemm";
+    if (name == "fp32") {
+      absl::StrAppend(&path, gemm);
+    } else {
+      absl::StrAppend(&path, name, " tiles widened to fp32 + ", gemm);
+    }
+    if (bf16_activations) {
+      absl::StrAppend(&path, "; bf16 weights take bf16 activations (--cpu_activations): ",
+                      cpu::HasBf16Dot() ? "AVX512-BF16 dot products"
+                                        : "rounded, then widened back to fp32 (no AVX512-BF16)");
+    }
   }
   if (cpu::IsaForced()) {
     absl::StrAppend(&path, " (GPESERVE_CPU_ISA forces ", cpu::IsaName(isa), "; this CPU runs ",
                     cpu::IsaName(cpu::DetectedIsa()), ")");
-  }
-  if (bf16_activations) {
-    absl::StrAppend(&path, "; bf16 weights take bf16 activations (--cpu_activations): ",
-                    cpu::HasBf16Dot() ? absl::StrCat("AVX512-BF16 dot products in blocks of ",
-                                                     kKernelRows, " rows, prefill included")
-                                      : std::string("no AVX512-BF16 here, widened back to fp32"));
   }
   // Serving attention reads the paged KV cache in place (cpu_attention.h); the dense attention
   // of `gpe logits` and training goes through libtorch, whose BLAS may have misread the CPU.
