@@ -258,12 +258,15 @@ std::string LinearKernelPath(const std::string& dtype_name, const torch::Device&
     absl::StrAppend(&path, "bf16 weights, bf16 activations (--cpu_activations): AVX512-BF16 dot ",
                     "products in blocks of ", kKernelRows, " rows, prefill included");
   } else {
-    const bool vnni = cpu::HasVnni() &&
-                      (name == "q8_0" || name == "q4_0" || name == "q4_1" || dtype_name == "gguf");
+    const bool blocks = name == "q8_0" || name == "q4_0" || name == "q4_1" || dtype_name == "gguf";
+    // The block kernels (not the scalar ones) round each activation row to int8 blocks.
+    const char* blocks_note = !blocks || isa == cpu::Isa::kScalar ? ""
+                              : cpu::HasVnni()
+                                  ? "; blocks: activations rounded to int8 blocks, AVX512-VNNI"
+                                  : "; blocks: activations rounded to int8 blocks";
     absl::StrAppend(&path, name, " weights, fp32 activations; steps of up to ", kKernelRows,
                     " rows: cpu_matmul ", cpu::IsaName(isa), " ", name,
-                    " kernel (weights read once per step", vnni ? "; blocks with AVX512-VNNI" : "",
-                    "); larger steps: ");
+                    " kernel (weights read once per step", blocks_note, "); larger steps: ");
     const char* gemm = GemmIsLibtorch() ? "libtorch fp32 GEMM (GPESERVE_CPU_GEMM)" : "oneDNN sgemm";
     if (name == "fp32") {
       absl::StrAppend(&path, gemm);
