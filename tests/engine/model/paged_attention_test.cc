@@ -1,5 +1,7 @@
 #include "engine/model/paged_attention.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +24,10 @@ namespace fs = std::filesystem;
 
 // A tiny random model of `o.arch` (a byte-level vocabulary).
 std::shared_ptr<const Model> TinyModel(MakeModelOptions o = {.arch = "llama"}) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("gpe_paged_attention_test_" + o.arch);
+  // Per process: ctest runs this binary three times at once (paged_attention_test_libtorch,
+  // _scalar).
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("gpe_paged_attention_test_" + std::to_string(::getpid()) + "_" + o.arch);
   EXPECT_TRUE(model::RemoveTree(dir).ok());
   fs::create_directories(dir / "tok");
   std::ofstream((dir / "tok" / "tokenizer.json").string())
