@@ -128,6 +128,22 @@ std::string Where(int64_t rows, int64_t cols, int64_t m, int64_t begin, int64_t 
          std::to_string(n) + "]";
 }
 
+// Output n of W times the activation row x (w.cols values) plus bias, in double precision, and
+// how far an fp32 sum of its terms may be from it: |error| <= cols * 2^-24 * sum |terms| (with
+// room for the scale and bias roundings).
+struct Expected {
+  double value, bound;
+};
+Expected ExpectedOutput(const Matrix& w, int64_t n, const double* x, double bias) {
+  double value = bias, magnitude = 0;
+  for (int64_t k = 0; k < w.cols; ++k) {
+    const double term = w.value[static_cast<size_t>(n * w.cols + k)] * x[k];
+    value += term;
+    magnitude += std::fabs(term);
+  }
+  return {value, (w.cols + 4) * std::ldexp(1.0, -24) * (magnitude + 1.0)};
+}
+
 TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -168,17 +184,10 @@ TEST(CpuMatmulTest, EqualsDoubleReferenceOnOddShapes) {
                     ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
                     continue;
                   }
-                  double ref = with_bias ? bias[static_cast<size_t>(n)] : 0.0, magnitude = 0;
-                  for (int64_t k = 0; k < cols; ++k) {
-                    const double term = w.value[static_cast<size_t>(n * cols + k)] *
-                                        effective[static_cast<size_t>(i * ldx + k)];
-                    ref += term;
-                    magnitude += std::fabs(term);
-                  }
-                  // fp32 summation of cols terms: |error| <= cols * 2^-24 * sum |terms| (with
-                  // room for the scale and bias roundings).
-                  const double bound = (cols + 4) * std::ldexp(1.0, -24) * (magnitude + 1.0);
-                  ASSERT_NEAR(got, ref, bound) << where;
+                  const Expected want =
+                      ExpectedOutput(w, n, effective.data() + i * ldx,
+                                     with_bias ? bias[static_cast<size_t>(n)] : 0.0);
+                  ASSERT_NEAR(got, want.value, want.bound) << where;
                   ++checked;
                 }
               }
@@ -388,6 +397,8 @@ TEST(CpuMatmulTest, Bf16DotEqualsTheReferenceAndEachRowIsAlone) {
         const int64_t ldx = cols + 5, ldy = rows + 2;
         std::vector<uint16_t> x(static_cast<size_t>(m * ldx));
         for (uint16_t& v : x) v = FloatToBf16(normal(rng));
+        std::vector<double> x_value(x.size());
+        for (size_t k = 0; k < x.size(); ++k) x_value[k] = Bf16ToFloat(x[k]);
         for (auto [begin, end] : {std::pair<int64_t, int64_t>{rows / 3, rows - rows / 4},
                                   std::pair<int64_t, int64_t>{0, rows}}) {
           const bool with_bias = (m + cols) % 2 == 0;
@@ -405,15 +416,9 @@ TEST(CpuMatmulTest, Bf16DotEqualsTheReferenceAndEachRowIsAlone) {
                 ASSERT_EQ(got, -12345.0f) << where << ": written outside the range";
                 continue;
               }
-              double ref = with_bias ? bias[static_cast<size_t>(n)] : 0.0, magnitude = 0;
-              for (int64_t k = 0; k < cols; ++k) {
-                const double term = w.value[static_cast<size_t>(n * cols + k)] *
-                                    Bf16ToFloat(x[static_cast<size_t>(i * ldx + k)]);
-                ref += term;
-                magnitude += std::fabs(term);
-              }
-              const double bound = (cols + 4) * std::ldexp(1.0, -24) * (magnitude + 1.0);
-              ASSERT_NEAR(got, ref, bound) << where;
+              const Expected want = ExpectedOutput(w, n, x_value.data() + i * ldx,
+                                                   with_bias ? bias[static_cast<size_t>(n)] : 0.0);
+              ASSERT_NEAR(got, want.value, want.bound) << where;
               ASSERT_EQ(got, alone[static_cast<size_t>(n)]) << where << ": batched != alone";
               ++checked;
             }
