@@ -26,14 +26,8 @@ c10::ScalarType KvCacheScalarType(const model::Model& model, const EngineConfig&
   if (!model.device().is_cpu()) return model.dtype();
   // The CPU computes in fp32: a 16-bit model's keys and values keep its weights' type, which
   // holds twice the tokens in the same memory.
-  switch (model.weight_dtype()) {
-    case model::ServingDtype::kBF16:
-      return torch::kBFloat16;
-    case model::ServingDtype::kF16:
-      return torch::kHalf;
-    default:
-      return torch::kFloat32;
-  }
+  const torch::ScalarType weights = model::ServingScalarType(model.weight_dtype());
+  return weights == torch::kBFloat16 || weights == torch::kHalf ? weights : torch::kFloat32;
 }
 
 absl::StatusOr<int64_t> KvCacheBlocks(const model::Model& model, const EngineConfig& config) {

@@ -47,17 +47,7 @@ void Gemm(const torch::Tensor& x, const float* w, int64_t rows, torch::Tensor& y
 }
 
 cpu::WeightType CpuWeightType(const Matrix& w) {
-  if (w.has_blocks()) return w.blocks;
-  switch (w.data.scalar_type()) {
-    case torch::kBFloat16:
-      return cpu::WeightType::kBF16;
-    case torch::kFloat16:
-      return cpu::WeightType::kF16;
-    case torch::kChar:
-      return cpu::WeightType::kInt8;
-    default:
-      return cpu::WeightType::kF32;
-  }
+  return w.has_blocks() ? w.blocks : CpuElementType(w.data.scalar_type());
 }
 
 cpu::WeightView CpuView(const Matrix& w) {
@@ -136,6 +126,19 @@ torch::Tensor CpuLinear(const torch::Tensor& x, const Matrix& w, const torch::Te
 }
 
 }  // namespace
+
+cpu::WeightType CpuElementType(torch::ScalarType type) {
+  switch (type) {
+    case torch::kBFloat16:
+      return cpu::WeightType::kBF16;
+    case torch::kFloat16:
+      return cpu::WeightType::kF16;
+    case torch::kChar:
+      return cpu::WeightType::kInt8;
+    default:
+      return cpu::WeightType::kF32;
+  }
+}
 
 torch::ScalarType TorchType(DType dtype) {
   switch (dtype) {

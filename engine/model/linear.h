@@ -45,6 +45,9 @@ struct Matrix {
   }
 };
 
+// The kernels' element type for a tensor of `type`: bf16, fp16, int8, else fp32.
+cpu::WeightType CpuElementType(torch::ScalarType type);
+
 // A safetensors dtype as a libtorch one, and back (InvalidArgument for a dtype safetensors
 // files here do not hold).
 torch::ScalarType TorchType(DType dtype);

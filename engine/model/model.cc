@@ -98,19 +98,6 @@ cpu::WeightType GgufBlocks(GgmlType type) {
   }
 }
 
-torch::ScalarType ServingScalarType(ServingDtype dtype) {
-  switch (dtype) {
-    case ServingDtype::kBF16:
-      return torch::kBFloat16;
-    case ServingDtype::kF16:
-      return torch::kFloat16;
-    case ServingDtype::kInt8:
-      return torch::kChar;
-    default:
-      return torch::kFloat32;
-  }
-}
-
 // The serving dtype `requested` resolves to for the checkpoint's weights, stored as `stored`
 // (its embedding's dtype) on `device`, or why it is refused.
 absl::StatusOr<ServingDtype> ResolveServingDtype(ServingDtype requested, DType stored,
@@ -196,6 +183,19 @@ absl::StatusOr<CpuActivations> ParseCpuActivations(const std::string& name) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown CPU activations '", name, "' (",
                    absl::StrReplaceAll(kCpuActivationChoices, {{"|", ", "}}), ")"));
+}
+
+torch::ScalarType ServingScalarType(ServingDtype dtype) {
+  switch (dtype) {
+    case ServingDtype::kBF16:
+      return torch::kBFloat16;
+    case ServingDtype::kF16:
+      return torch::kFloat16;
+    case ServingDtype::kInt8:
+      return torch::kChar;
+    default:
+      return torch::kFloat32;
+  }
 }
 
 const char* Model::weight_dtype_name() const { return ServingDtypeName(weight_dtype_); }

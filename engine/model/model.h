@@ -45,6 +45,10 @@ torch::Tensor LmLogits(const ModelConfig& config, const Weights& weights,
 
 class Checkpoint;
 
+// The libtorch type of weights served as `dtype`: bf16, fp16, int8, else fp32 (the block types'
+// tensors are raw bytes; see Matrix).
+torch::ScalarType ServingScalarType(ServingDtype dtype);
+
 class Model {
  public:
   // Loads `dir`, a folder: config.json (+ generation_config.json), model.safetensors or

@@ -6,28 +6,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "engine/model/linear.h"
+
 namespace gpeserve::model {
-
-namespace {
-
-// The kernel's element type for a pool dtype; false for one it does not read.
-bool KvElementType(torch::ScalarType dtype, cpu::WeightType* type) {
-  switch (dtype) {
-    case torch::kFloat32:
-      *type = cpu::WeightType::kF32;
-      return true;
-    case torch::kBFloat16:
-      *type = cpu::WeightType::kBF16;
-      return true;
-    case torch::kFloat16:
-      *type = cpu::WeightType::kF16;
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
 
 bool PagedAttention::InPlaceOnCpu() {
   static const bool in_place = [] {
@@ -45,9 +26,8 @@ PagedAttention::PagedAttention(kv::KvPool& pool, const std::vector<AttentionSegm
     all_new.insert(all_new.end(), s.new_slots.begin(), s.new_slots.end());
   }
   new_slots_ = torch::tensor(all_new, on_device).to(pool.device());
-  cpu::WeightType type;
-  if (pool.device().is_cpu() && InPlaceOnCpu() &&
-      KvElementType(pool.keys(0).scalar_type(), &type)) {
+  if (pool.device().is_cpu() && InPlaceOnCpu()) {
+    kv_type_ = CpuElementType(pool.keys(0).scalar_type());  // fp32, bf16 or fp16
     // The kernel's runs: plain vectors, no tensors (a step of many sessions would otherwise
     // build several small tensors per session).
     host_keys_.reserve(segments.size());
@@ -111,9 +91,8 @@ torch::Tensor PagedAttention::AttendInPlace(const LayerAttention& layer, const t
   torch::Tensor out = torch::empty_like(queries);
   const torch::Tensor& keys = pool_.keys(layer.layer);
   const torch::Tensor& values = pool_.values(layer.layer);
-  cpu::KvLayerView kv{keys.data_ptr(), values.data_ptr(), cpu::WeightType::kF32, keys.size(1),
-                      keys.size(2)};
-  KvElementType(keys.scalar_type(), &kv.type);
+  const cpu::KvLayerView kv{keys.data_ptr(), values.data_ptr(), kv_type_, keys.size(1),
+                            keys.size(2)};
   const int64_t heads = queries.size(1), row_elements = heads * queries.size(2);
   const cpu::AttentionSpec spec{heads, static_cast<float>(layer.scale),
                                 static_cast<float>(layer.softcap), layer.window};

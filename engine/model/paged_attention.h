@@ -68,6 +68,7 @@ class PagedAttention : public AttentionContext {
   std::vector<std::vector<int64_t>> host_keys_;
   std::vector<cpu::AttentionRun> runs_;
   std::vector<std::pair<int32_t, int64_t>> row_run_;
+  cpu::WeightType kv_type_ = cpu::WeightType::kF32;  // the pool's elements
 };
 
 }  // namespace gpeserve::model
